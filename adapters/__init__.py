@@ -1,0 +1,1 @@
+"""Integrations kept at the edge of cachekit (installed as ``cachekit.adapters``)."""

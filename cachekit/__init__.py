@@ -1,0 +1,22 @@
+"""cachekit: semantic and feature caching in front of model inference.
+
+``import cachekit`` stays light: redis, faiss, torch, fastapi and openai load only when a feature
+that needs them is used.
+"""
+
+from cachekit._version import __version__
+from cachekit.cache import Cache, CacheKey, LookupResult, Status
+from cachekit.serialization import SerializationError
+from cachekit.telemetry import CacheStats, StatsLogger, register_prometheus
+
+__all__ = [
+    "Cache",
+    "CacheKey",
+    "CacheStats",
+    "LookupResult",
+    "SerializationError",
+    "StatsLogger",
+    "Status",
+    "__version__",
+    "register_prometheus",
+]

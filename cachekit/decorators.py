@@ -1,0 +1,289 @@
+"""``@cache.cached``: exact-match caching of sync and async functions.
+
+The wrapper holds no caching policy of its own: it turns a call into a :class:`CacheKey` and
+uses the cache's batch operations. The one thing it does itself is the L1 fast path (a dict
+lookup and a freshness check), because an L1 hit must cost about what ``cachetools.cached``
+costs, and every extra function call on that path shows in the ratio.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+from cachekit.cache import Cache, CacheKey, LookupResult, Status
+from cachekit.keys import ArgNormalizer, local_key, stable_digest
+from cachekit.singleflight import AsyncSingleFlight, SingleFlight
+
+__all__ = ["CachedFunction", "make_cached"]
+
+
+class CachedFunction(Protocol):
+    """What ``@cache.cached`` returns: the function, same signature, plus these helpers."""
+
+    __wrapped__: Callable[..., Any]
+    cache: Cache
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def cache_key(self, *args: Any, **kwargs: Any) -> str: ...
+    def invalidate(self, *args: Any, **kwargs: Any) -> Any: ...
+    def lookup(self, *args: Any, **kwargs: Any) -> Any: ...
+    def refresh(self, *args: Any, **kwargs: Any) -> Any: ...
+    def with_options(self, *, ttl: float | None = None) -> Callable[..., Any]: ...
+
+
+class _Timing:
+    """Mean compute time of one function, to estimate the time each hit saves."""
+
+    __slots__ = ("mean",)
+
+    def __init__(self) -> None:
+        self.mean = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.mean = seconds if self.mean == 0.0 else 0.9 * self.mean + 0.1 * seconds
+
+
+def make_cached(
+    cache: Cache,
+    fn: Callable[..., Any],
+    *,
+    ttl: float | Callable[[Any], float | None] | None,
+    stale_ttl: float,
+    jitter: float,
+    cache_none: bool,
+    key: Callable[..., Any] | None,
+    ignore: tuple[str, ...],
+    name: str | None,
+    version: str | int | None,
+) -> CachedFunction:
+    if not callable(fn):
+        raise TypeError("@cache.cached decorates a function")
+    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
+        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
+    if ttl is not None and not callable(ttl) and ttl <= 0:
+        raise ValueError(f"ttl must be positive, got {ttl!r}")
+    if key is not None and ignore:
+        raise ValueError("give key= or ignore=, not both")
+    fname = name or f"{fn.__module__}.{fn.__qualname__}"
+    if version is not None:
+        fname = f"{fname}@{version}"
+    normalize = ArgNormalizer(fn, ignore)
+    tel = cache._telemetry
+    l1c = cache._l1c
+    timing = _Timing()
+
+    fast = normalize.positional_fast_path if key is None else None
+    first_default, nparams, defaults = fast if fast is not None else (0, -1, ())
+    scalars = frozenset({int, float, str, bytes, bool, type(None)})
+    is_scalar_sig = scalars.issuperset
+
+    def keys_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
+        """The local key, and the stable digest when it had to be computed anyway."""
+        if not kwargs and first_default <= len(args) <= nparams:
+            # Inlined ArgNormalizer fast path + local_key scalar case: this is the L1 hit path.
+            values: tuple[Any, ...] = args + defaults[len(args):]
+            types = tuple(map(type, values))
+            if is_scalar_sig(types):
+                return (fname, values, types), None
+        elif key is not None:
+            values = (key(*args, **kwargs),)
+        else:
+            values = normalize(args, kwargs)
+        lk = local_key(values)
+        if lk is not None:
+            return (fname, *lk), None
+        digest = stable_digest(values)
+        return (fname, digest), digest
+
+    def full_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheKey:
+        lk, digest = keys_for(args, kwargs)
+        if digest is None:
+            values = (key(*args, **kwargs),) if key is not None else normalize(args, kwargs)
+            digest = stable_digest(values)
+        return cache.make_key("f", fname, digest, lk)
+
+    def ttl_for(value: Any, override: float | None) -> float | None:
+        chosen = override if override is not None else ttl
+        if callable(chosen):
+            chosen = chosen(value)
+        return cache._resolve_ttl(chosen, jitter)
+
+    def lookup_result(k: CacheKey, found: Any) -> LookupResult:
+        env = found.env
+        if env is None or found.status not in (Status.HIT, Status.STALE):
+            return LookupResult(found.status, key=k.remote)
+        return LookupResult(found.status, env.value, found.tier, k.remote,
+                            age_s=cache.clock() - env.created_at)
+
+    is_async = inspect.iscoroutinefunction(fn)
+    l1 = cache.l1
+    l1_get = l1.get if l1 is not None else None
+    clock = cache.clock
+
+    if not is_async:
+        flight = SingleFlight()
+
+        def compute(k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    override: float | None, recheck: bool) -> Any:
+            if recheck and l1 is not None:
+                # A leader that finished between our miss and our turn has stored it already.
+                env = l1.get(k.local)
+                if env is not None and env.fresh(clock()):
+                    return env.value
+            t0 = time.perf_counter()
+            value = fn(*args, **kwargs)
+            elapsed = time.perf_counter() - t0
+            timing.add(elapsed)
+            tel.compute.record(elapsed)
+            if value is not None or cache_none:
+                cache._store_many([(k, value, ttl_for(value, override), stale_ttl, version)])
+            return value
+
+        def slow(args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None) -> Any:
+            k = full_key(args, kwargs)
+            found = cache._lookup_many([k])[0]
+            if found.status is Status.HIT:
+                tel.time_saved += timing.mean
+                return found.env.value  # type: ignore[union-attr]
+            if found.status is Status.STALE:
+                tel.time_saved += timing.mean
+                cache._refresh_in_background(
+                    k.local, lambda: flight.do(k.local, lambda: compute(k, args, kwargs, override, False))
+                )
+                return found.env.value  # type: ignore[union-attr]
+            tel.misses += 1
+            value, shared = flight.do(k.local, lambda: compute(k, args, kwargs, override, True))
+            if shared:  # another caller's run answered this one: not a miss after all
+                tel.misses -= 1
+                tel.singleflight_waits += 1
+            return value
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if l1_get is not None:
+                n = len(args)
+                if not kwargs and first_default <= n <= nparams:
+                    # keys_for's fast path, inlined: each call on this path shows in the ratio
+                    values = args if n == nparams else args + defaults[n:]
+                    types = tuple(map(type, values))
+                    if is_scalar_sig(types):
+                        lk: Hashable = (fname, values, types)
+                    else:
+                        plain = local_key(values)
+                        lk = (fname, *plain) if plain is not None else keys_for(args, kwargs)[0]
+                else:
+                    lk = keys_for(args, kwargs)[0]
+                env = l1_get(lk)
+                if env is not None:
+                    now = clock()
+                    if (env.ttl is None or now < env.created_at + env.ttl) and (
+                        now < cache._next_version_check
+                    ):
+                        tel.hits += 1
+                        l1c.hits += 1
+                        tel.time_saved += timing.mean
+                        return env.value
+            return slow(args, kwargs, None)
+
+        def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
+            return lambda *a, **kw: slow(a, kw, ttl)
+
+        def refresh(*args: Any, **kwargs: Any) -> Any:
+            k = full_key(args, kwargs)
+            return flight.do(k.local, lambda: compute(k, args, kwargs, None, False))[0]
+
+        def invalidate(*args: Any, **kwargs: Any) -> None:
+            cache._delete_many([full_key(args, kwargs)])
+
+        def lookup(*args: Any, **kwargs: Any) -> LookupResult:
+            k = full_key(args, kwargs)
+            return lookup_result(k, cache._lookup_many([k])[0])
+
+    else:
+        aflight = AsyncSingleFlight()
+
+        async def acompute(k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                           override: float | None, recheck: bool) -> Any:
+            if recheck and l1 is not None:
+                env = l1.get(k.local)
+                if env is not None and env.fresh(clock()):
+                    return env.value
+            t0 = time.perf_counter()
+            value = await fn(*args, **kwargs)
+            elapsed = time.perf_counter() - t0
+            timing.add(elapsed)
+            tel.compute.record(elapsed)
+            if value is not None or cache_none:
+                await cache._astore_many([(k, value, ttl_for(value, override), stale_ttl, version)])
+            return value
+
+        async def aslow(args: tuple[Any, ...], kwargs: dict[str, Any],
+                        override: float | None) -> Any:
+            k = full_key(args, kwargs)
+            found = (await cache._alookup_many([k]))[0]
+            if found.status is Status.HIT:
+                tel.time_saved += timing.mean
+                return found.env.value  # type: ignore[union-attr]
+            if found.status is Status.STALE:
+                tel.time_saved += timing.mean
+                cache._arefresh_in_background(
+                    k.local,
+                    lambda: aflight.do(k.local, lambda: acompute(k, args, kwargs, override, False)),
+                )
+                return found.env.value  # type: ignore[union-attr]
+            tel.misses += 1
+            value, shared = await aflight.do(
+                k.local, lambda: acompute(k, args, kwargs, override, True)
+            )
+            if shared:  # another caller's run answered this one: not a miss after all
+                tel.misses -= 1
+                tel.singleflight_waits += 1
+            return value
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if l1_get is not None:
+                env = l1_get(keys_for(args, kwargs)[0])
+                if env is not None:
+                    now = clock()
+                    if (env.ttl is None or now < env.created_at + env.ttl) and (
+                        now < cache._next_version_check
+                    ):
+                        tel.hits += 1
+                        l1c.hits += 1
+                        tel.time_saved += timing.mean
+                        return env.value
+            return await aslow(args, kwargs, None)
+
+        def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
+            async def call(*a: Any, **kw: Any) -> Any:
+                return await aslow(a, kw, ttl)
+
+            return call
+
+        async def refresh(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            k = full_key(args, kwargs)
+            return (await aflight.do(k.local, lambda: acompute(k, args, kwargs, None, False)))[0]
+
+        async def invalidate(*args: Any, **kwargs: Any) -> None:  # type: ignore[misc]
+            await cache._adelete_many([full_key(args, kwargs)])
+
+        async def lookup(*args: Any, **kwargs: Any) -> LookupResult:  # type: ignore[misc]
+            k = full_key(args, kwargs)
+            return lookup_result(k, (await cache._alookup_many([k]))[0])
+
+    def cache_key(*args: Any, **kwargs: Any) -> str:
+        return full_key(args, kwargs).remote
+
+    w: Any = wrapper
+    w.cache = cache
+    w.cache_key = cache_key
+    w.invalidate = invalidate
+    w.lookup = lookup
+    w.refresh = refresh
+    w.with_options = with_options
+    return w  # type: ignore[no-any-return]

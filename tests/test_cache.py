@@ -1,0 +1,360 @@
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from cachekit import Cache, Status
+from cachekit.testing import ManualClock
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.001)  # a poll interval, not a wait for an event
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def test_hit_after_miss_and_signature_kept(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    calls: list[int] = []
+
+    @cache.cached(ttl=10)
+    def predict(x: int, model: str = "v1") -> int:
+        """Doc."""
+        calls.append(x)
+        return x * 2
+
+    assert predict(2) == 4 and predict(2) == 4 and predict(x=2, model="v1") == 4
+    assert calls == [2]
+    assert inspect.signature(predict) == inspect.signature(predict.__wrapped__)
+    assert predict.__doc__ == "Doc." and predict.__name__ == "predict"
+    s = cache.stats()
+    assert (s.hits, s.misses) == (2, 1)
+    assert s.tiers["l1"].hits == 2
+    assert s.hit_rate == pytest.approx(2 / 3)
+
+
+def test_ttl_expiry_with_injected_clock(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    calls: list[int] = []
+
+    @cache.cached(ttl=10)
+    def f(x: int) -> int:
+        calls.append(x)
+        return len(calls)
+
+    assert f(1) == 1
+    clock.advance(9.9)
+    assert f(1) == 1
+    clock.advance(0.2)
+    assert f(1) == 2
+    assert f.lookup(1).status is Status.HIT
+
+
+def test_per_call_ttl_and_ttl_from_result(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+
+    @cache.cached(ttl=lambda v: 1.0 if v == "short" else 100.0)
+    def f(kind: str) -> str:
+        return kind
+
+    f("short")
+    f("long")
+    clock.advance(2)
+    assert f.lookup("short").status is Status.MISS
+    assert f.lookup("long").status is Status.HIT
+
+    @cache.cached(ttl=100)
+    def g(x: int) -> int:
+        return x
+
+    g.with_options(ttl=1)(5)
+    clock.advance(2)
+    assert g.lookup(5).status is Status.MISS
+
+
+def test_jitter_only_shortens(clock: ManualClock) -> None:
+    cache = Cache(clock=clock, random=lambda: 1.0)
+
+    @cache.cached(ttl=100, jitter=0.2)
+    def f(x: int) -> int:
+        return x
+
+    f(1)
+    clock.advance(79)
+    assert f.lookup(1).status is Status.HIT
+    clock.advance(2)
+    assert f.lookup(1).status is Status.MISS
+
+
+def test_none_cached_only_when_asked() -> None:
+    cache = Cache()
+    calls: list[str] = []
+
+    @cache.cached
+    def plain(x: int) -> None:
+        calls.append("plain")
+
+    @cache.cached(cache_none=True)
+    def neg(x: int) -> None:
+        calls.append("neg")
+
+    plain(1), plain(1), neg(1), neg(1)
+    assert calls == ["plain", "plain", "neg"]
+    assert neg.lookup(1).status is Status.HIT and neg.lookup(1).value is None
+
+
+def test_exceptions_are_not_cached() -> None:
+    cache = Cache()
+    calls: list[int] = []
+
+    @cache.cached
+    def flaky(x: int) -> int:
+        calls.append(x)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return x
+
+    with pytest.raises(RuntimeError):
+        flaky(1)
+    assert flaky(1) == 1
+    assert calls == [1, 1]
+
+
+def test_invalidate_and_namespace(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    n = [0]
+
+    @cache.cached
+    def f(x: int) -> int:
+        n[0] += 1
+        return n[0]
+
+    assert f(1) == 1 and f(2) == 2
+    f.invalidate(1)
+    assert f(1) == 3 and f(2) == 2
+    assert cache.invalidate_namespace()
+    assert f(2) == 4
+
+
+def test_stale_while_revalidate_refreshes_once(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    calls: list[int] = []
+    release = threading.Event()
+
+    @cache.cached(ttl=10, stale_ttl=30)
+    def f(x: int) -> int:
+        calls.append(x)
+        if len(calls) > 1:
+            release.wait(5)
+        return len(calls)
+
+    assert f(1) == 1
+    clock.advance(15)  # expired, inside the stale window
+    assert [f(1) for _ in range(5)] == [1] * 5  # served stale, no caller waits
+    assert cache.stats().stale_hits == 5
+    release.set()
+    wait_until(lambda: f.lookup(1).status is Status.HIT)
+    assert f(1) == 2
+    assert len(calls) == 2  # one background refresh for five stale reads
+    clock.advance(100)  # past the stale window: a plain miss
+    assert f.lookup(1).status is Status.MISS
+
+
+def test_singleflight_50_threads() -> None:
+    cache = Cache()
+    calls: list[int] = []
+    started = threading.Event()
+    gate = threading.Event()
+
+    @cache.cached
+    def slow(x: int) -> int:
+        calls.append(x)
+        started.set()
+        gate.wait(5)
+        return x * 10
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(slow(7))) for _ in range(50)]
+    for t in threads:
+        t.start()
+    started.wait(5)
+    # every caller has missed L1 and is queued behind the one running call
+    wait_until(lambda: cache.stats().tiers["l1"].misses >= 50)
+    gate.set()
+    for t in threads:
+        t.join(5)
+    assert results == [70] * 50
+    assert calls == [7]
+    s = cache.stats()
+    assert s.misses + s.extra["singleflight_waits"] == 50
+    assert s.calls_saved >= s.extra["singleflight_waits"] >= 1
+
+
+def test_singleflight_shares_the_exception() -> None:
+    cache = Cache()
+    calls: list[int] = []
+    gate = threading.Event()
+
+    @cache.cached
+    def bad(x: int) -> int:
+        calls.append(x)
+        gate.wait(5)
+        raise ValueError("nope")
+
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            bad(1)
+        except ValueError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(10)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(calls) == 1)
+    gate.set()
+    for t in threads:
+        t.join(5)
+    assert len(errors) == 10
+    assert len(calls) <= 10 and calls.count(1) >= 1
+    # not cached: the next call runs again
+    gate.set()
+    with pytest.raises(ValueError):
+        bad(1)
+
+
+async def test_singleflight_50_tasks() -> None:
+    cache = Cache()
+    calls: list[int] = []
+
+    @cache.cached
+    async def slow(x: int) -> int:
+        calls.append(x)
+        await asyncio.sleep(0.05)  # holds the call open so the other tasks pile up on it
+        return x + 1
+
+    results = await asyncio.gather(*(slow(1) for _ in range(50)))
+    assert results == [2] * 50
+    assert calls == [1]
+    assert await slow(1) == 2
+    assert (await slow.lookup(1)).status is Status.HIT
+
+
+async def test_async_ttl_invalidate_and_exceptions(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    calls: list[int] = []
+
+    @cache.cached(ttl=5)
+    async def f(x: int) -> int:
+        calls.append(x)
+        if x < 0:
+            raise ValueError
+        return len(calls)
+
+    assert await f(1) == 1 and await f(1) == 1
+    clock.advance(6)
+    assert await f(1) == 2
+    await f.invalidate(1)
+    assert await f(1) == 3
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            await f(-1)
+    assert calls.count(-1) == 2
+
+
+async def test_async_stale_while_revalidate(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    n = [0]
+
+    @cache.cached(ttl=1, stale_ttl=10)
+    async def f() -> int:
+        n[0] += 1
+        return n[0]
+
+    assert await f() == 1
+    clock.advance(2)
+    assert await f() == 1
+    deadline = time.monotonic() + 5
+    while (await f.lookup()).status is not Status.HIT:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0)
+    assert await f() == 2
+
+
+def test_l1_bounded_by_entries_and_bytes() -> None:
+    cache = Cache(l1_max_entries=10)
+
+    @cache.cached
+    def f(x: int) -> int:
+        return x
+
+    for i in range(50):
+        f(i)
+    assert cache.l1 is not None and len(cache.l1) == 10
+    assert f.lookup(49).status is Status.HIT and f.lookup(0).status is Status.MISS
+
+    small = Cache(l1_max_bytes=10_000)
+
+    @small.cached
+    def blob(i: int) -> bytes:
+        return bytes(1000)
+
+    for i in range(100):
+        blob(i)
+    assert small.l1 is not None and small.l1.currsize <= 10_000
+    assert 5 <= len(small.l1) <= 10
+
+
+def test_kv_api(clock: ManualClock) -> None:
+    cache = Cache(clock=clock)
+    assert cache.set("a", {"x": 1}, ttl=5)
+    assert cache.get("a") == {"x": 1}
+    clock.advance(6)
+    assert cache.get("a", "gone") == "gone"
+    cache.set("b", 1)
+    cache.delete("b")
+    assert cache.get("b") is None
+    with pytest.raises(TypeError):
+        cache.get(1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        cache.set("c", 1, ttl=-1)
+
+
+def test_bad_configuration_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        Cache(l1=False)
+    with pytest.raises(ValueError):
+        Cache(namespace="")
+    cache = Cache()
+    with pytest.raises(ValueError):
+        cache.cached(ttl=0)(lambda: 1)
+    with pytest.raises(ValueError):
+        cache.cached(jitter=1.5)(lambda: 1)
+
+
+def test_numpy_and_dataclass_arguments() -> None:
+    np = pytest.importorskip("numpy")
+    cache = Cache()
+    calls: list[int] = []
+
+    @cache.cached
+    def score(v: object) -> float:
+        calls.append(1)
+        return float(np.sum(v))
+
+    a = np.ones(4, dtype=np.float32)
+    score(a), score(a.copy()), score(np.ones(4, dtype=np.float64))
+    assert len(calls) == 2
