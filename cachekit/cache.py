@@ -77,6 +77,7 @@ class CacheKey:
 
     local: Hashable
     remote: str
+    version: int = 0
 
 
 #: One item of a batch write: (key, value, ttl, stale_ttl, version).
@@ -162,6 +163,7 @@ class Cache:
         self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s)
 
         self._version = 0
+        self._version_prefix = f"{key_prefix}:{namespace}:v"
         self._version_key = f"{key_prefix}:{namespace}:__version__"
         self._version_refresh_s = version_refresh_s
         # The hit path compares against this one float; inf when there is nothing to refresh.
@@ -308,8 +310,24 @@ class Cache:
     def make_key(self, kind: str, name: str, part: str, local: Hashable | None = None) -> CacheKey:
         """A key for entries of ``kind`` (``f`` functions, ``kv``, ``feat``, ``sem`` ...) owned by
         ``name``; ``part`` identifies the entry within it. ``local`` defaults to the remote string."""
-        remote = f"{self.key_prefix}:{self.namespace}:v{self._version}:{kind}:{name}:{part}"
-        return CacheKey(remote if local is None else local, remote)
+        version = self._version
+        remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
+        return CacheKey(remote if local is None else local, remote, version)
+
+    def _current(self, keys: Sequence[CacheKey]) -> Sequence[CacheKey]:
+        """``keys`` re-made for the current namespace version: a bump seen by the version check
+        that runs inside a batch operation must apply to keys built just before it."""
+        version = self._version
+        if all(k.version == version for k in keys):
+            return keys
+        cut = len(self._version_prefix)
+        return [
+            k if k.version == version else CacheKey(
+                k.local, f"{self._version_prefix}{version}:{k.remote[cut:].split(':', 1)[1]}",
+                version,
+            )
+            for k in keys
+        ]
 
     def _kv_key(self, key: str) -> CacheKey:
         if not isinstance(key, str):
@@ -486,6 +504,7 @@ class Cache:
     def _lookup_many(self, keys: Sequence[CacheKey]) -> list[_Found]:
         now = self.clock()
         self._check_version(now)
+        keys = self._current(keys)
         found, pending = self._l1_pass(keys, now)
         if pending and self.l2 is not None:
             datas = self._l2_call(self.l2.get_many, [keys[i].remote for i in pending])
@@ -496,6 +515,7 @@ class Cache:
     async def _alookup_many(self, keys: Sequence[CacheKey]) -> list[_Found]:
         now = self.clock()
         await self._acheck_version(now)
+        keys = self._current(keys)
         found, pending = self._l1_pass(keys, now)
         if pending and self.l2 is not None:
             datas = await self._al2_call(
@@ -505,10 +525,96 @@ class Cache:
         self._count(found)
         return found
 
+    # ------------------------------------------------------------------ large batch lookups
+
+    def _l1_pass_lazy(
+        self, locals_: Sequence[Hashable], now: float
+    ) -> tuple[list[Envelope | None], list[int], dict[int, Envelope]]:
+        """The L1 pass of :meth:`_lookup_many_lazy`: fresh envelopes by index, the indexes
+        still to look up, and the stale L1 envelopes among those."""
+        fresh: list[Envelope | None] = [None] * len(locals_)
+        stale: dict[int, Envelope] = {}
+        l1 = self.l1
+        if l1 is None:
+            return fresh, list(range(len(locals_))), stale
+        pending: list[int] = []
+        get = l1.get
+        t0 = time.perf_counter()
+        for i, local in enumerate(locals_):
+            env = get(local)
+            if env is not None:
+                ttl = env.ttl
+                if ttl is None or now < env.created_at + ttl:
+                    fresh[i] = env
+                    continue
+                if env.servable_stale(now):
+                    stale[i] = env
+            pending.append(i)
+        self._l1c.latency.record(time.perf_counter() - t0)
+        self._l1c.misses += len(pending)
+        hits = len(locals_) - len(pending)
+        self._l1c.hits += hits
+        self._telemetry.hits += hits
+        return fresh, pending, stale
+
+    @staticmethod
+    def _pending_found(
+        pending: list[int], stale: dict[int, Envelope]
+    ) -> list[_Found]:
+        return [
+            _Found(Status.STALE, stale[i], "l1") if i in stale else _Found(Status.MISS)
+            for i in pending
+        ]
+
+    def _lookup_many_lazy(
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, _Found]]]:
+        """:meth:`_lookup_many` for large batches that are mostly L1 hits (feature sets).
+
+        Entries are given by their local keys; ``key_of(i)`` builds the full key of entry ``i``
+        and is called only for entries L1 cannot answer, and an L1 hit allocates nothing, since
+        at hundreds of entries per call those costs dominate. Returns the fresh L1 envelopes by
+        index (``None`` elsewhere) and, for every other index, its key and what L2 found.
+        """
+        now = self.clock()
+        self._check_version(now)
+        fresh, pending, stale = self._l1_pass_lazy(locals_, now)
+        if not pending:
+            return fresh, {}
+        keys = [key_of(i) for i in pending]
+        found = self._pending_found(pending, stale)
+        if self.l2 is not None:
+            datas = self._l2_call(self.l2.get_many, [k.remote for k in keys])
+            self._l2_merge(keys, found, list(range(len(keys))), datas, now)
+        self._count(found)
+        return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
+
+    async def _alookup_many_lazy(
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, _Found]]]:
+        now = self.clock()
+        await self._acheck_version(now)
+        fresh, pending, stale = self._l1_pass_lazy(locals_, now)
+        if not pending:
+            return fresh, {}
+        keys = [key_of(i) for i in pending]
+        found = self._pending_found(pending, stale)
+        if self.l2 is not None:
+            datas = await self._al2_call(
+                self._async_l2().aget_many, [k.remote for k in keys]
+            )
+            self._l2_merge(keys, found, list(range(len(keys))), datas, now)
+        self._count(found)
+        return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
+
     # ------------------------------------------------------------------ batch writes
 
     def _encode_many(self, items: Sequence[StoreItem]) -> tuple[list[bool], list[Entry]]:
         now = self.clock()
+        version = self._version
+        if any(item[0].version != version for item in items):
+            fresh = self._current([item[0] for item in items])
+            items = [(k, *item[1:]) for k, item in zip(fresh, items, strict=True)]
         ok: list[bool] = []
         entries: list[Entry] = []
         for key, value, ttl, stale_ttl, version in items:
@@ -539,6 +645,7 @@ class Cache:
         return ok
 
     def _delete_many(self, keys: Sequence[CacheKey]) -> None:
+        keys = self._current(keys)
         if self.l1 is not None:
             for k in keys:
                 self.l1.delete(k.local)
@@ -546,6 +653,7 @@ class Cache:
             self._l2_call(self.l2.delete_many, [k.remote for k in keys])
 
     async def _adelete_many(self, keys: Sequence[CacheKey]) -> None:
+        keys = self._current(keys)
         if self.l1 is not None:
             for k in keys:
                 self.l1.delete(k.local)

@@ -16,8 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser("demo", help="run the embedded demo (in-process cache, no servers)")
-    demo.add_argument("--semantic", action="store_true",
-                      help="also run the semantic tier with the real embedding model")
+    demo.add_argument("--no-semantic", action="store_true",
+                      help="skip the semantic tier (which loads the embedding model)")
     return parser
 
 
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from cachekit.demo import run_demo
 
-        return run_demo(semantic=args.semantic)
+        return run_demo(semantic=not args.no_semantic)
     parser.print_help()
     return 0
 

@@ -1,0 +1,113 @@
+"""Exact-tier costs, each next to its baseline measured in the same run.
+
+    python bench/exact.py [--reps 15] [--number 20000]
+
+* L1 hit of ``@cache.cached`` vs ``cachetools.cached`` (TTLCache) on the same function;
+* L2 hit (``l1=False``) vs a raw redis-py GET plus msgpack decode of the same value, against a
+  redis-server this script starts on a free port;
+* miss overhead (lookup + store) vs calling the function bare, L1 only and with Redis.
+
+Per-call times are medians over ``--reps`` repetitions of ``--number`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import statistics
+import time
+import timeit
+from collections.abc import Callable
+
+import cachetools
+import msgpack
+import redis
+
+from _servers import RedisServer  # type: ignore[import-not-found]
+from cachekit import Cache
+
+
+def per_call(fn: Callable[[], object], number: int, reps: int) -> float:
+    """Median seconds per call over ``reps`` runs of ``number`` calls."""
+    fn()
+    runs = timeit.repeat(fn, number=number, repeat=reps)
+    return statistics.median(runs) / number
+
+
+def row(name: str, ours: float, base_name: str, base: float, target: str) -> str:
+    return (f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | "
+            f"{ours / base:.2f}x | {target} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--number", type=int, default=20000)
+    args = ap.parse_args()
+    reps, number = args.reps, args.number
+
+    features = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    value = {"score": 0.93, "label": "positive", "embedding": [0.1] * 16}
+
+    def model(features: tuple[float, ...], model: str = "v1") -> dict[str, object]:
+        return value
+
+    rows = []
+    # --- L1 hit vs cachetools.cached, two argument shapes
+    cache = Cache()
+    ours = cache.cached(ttl=300)(model)
+    theirs = cachetools.cached(cachetools.TTLCache(maxsize=10_000, ttl=300))(model)
+    for label, call_args in (("scalar args `f(42)`", (42,)), ("tuple of 8 floats", (features,))):
+        t_ours = per_call(lambda a=call_args: ours(*a), number, reps)
+        t_theirs = per_call(lambda a=call_args: theirs(*a), number, reps)
+        rows.append(row(f"L1 hit, {label}", t_ours, "cachetools.cached (TTLCache)", t_theirs,
+                        "<= 1.5x"))
+
+    server = RedisServer().start()
+    try:
+        # --- L2 hit (no L1) vs raw GET + msgpack decode of the same stored bytes
+        l2cache = Cache(redis_url=server.url, namespace="bench", l1=False)
+        l2 = l2cache.cached(ttl=300, name="model")(model)
+        l2(features)
+        raw = redis.Redis.from_url(server.url)
+        assert raw.get(l2.cache_key(features)) is not None
+        # the baseline: the same value, plain msgpack, under a key of its own
+        raw.set("bench:raw", msgpack.packb(value))
+
+        def baseline() -> object:
+            return msgpack.unpackb(raw.get("bench:raw"), raw=False)
+
+        assert baseline() == value
+        n_l2 = max(number // 20, 200)
+        t_l2 = per_call(lambda: l2(features), n_l2, reps)
+        t_raw = per_call(baseline, n_l2, reps)
+        rows.append(row("L2 hit (l1=False)", t_l2, "redis-py GET + msgpack decode", t_raw,
+                        "<= 1.3x"))
+
+        # --- miss overhead: always-new keys, so every call is lookup + compute + store
+        counter = itertools.count()
+
+        def bare_model(i: int) -> dict[str, object]:
+            return value
+
+        t_bare = per_call(lambda: bare_model(next(counter)), number, reps)
+        miss_l1 = Cache(l1_max_entries=1_000_000).cached(ttl=300)(bare_model)
+        t_miss_l1 = per_call(lambda: miss_l1(next(counter)), number // 4, reps)
+        rows.append(row("miss, L1 only (lookup + store)", t_miss_l1, "bare call", t_bare, "-"))
+        miss_l2 = Cache(redis_url=server.url, namespace="bench-miss").cached(ttl=300)(bare_model)
+        t_miss_l2 = per_call(lambda: miss_l2(next(counter)), n_l2, reps)
+        rows.append(row("miss, L1 + Redis (lookup + store)", t_miss_l2, "bare call", t_bare, "-"))
+    finally:
+        server.stop()
+
+    print(f"# bench/exact.py  ({platform.python_implementation()} {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d')}, reps={reps}, number={number})")
+    print("| what | cachekit | baseline | baseline time | ratio | target |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()

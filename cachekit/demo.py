@@ -1,0 +1,74 @@
+"""``cachekit demo``: the embedded default (in-process L1 + a local FAISS index), no servers.
+
+It wraps a stand-in "model" that takes a few milliseconds per call, then shows exact hits,
+semantic hits on paraphrases, a scope that keeps models apart, and the telemetry.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cachekit import Cache, Status
+
+QUESTIONS = [
+    ("How can I lose weight fast?", "What is the fastest way to lose weight?"),
+    ("How do I learn Python quickly?", "What is the quickest way to learn Python?"),
+    ("What is the capital of France?", "Which city is the capital of France?"),
+]
+UNRELATED = "How do I change a flat tyre on a bicycle?"
+
+
+def run_demo(semantic: bool = True) -> int:
+    cache = Cache(namespace="demo")
+    model_calls: list[str] = []
+
+    @cache.cached(ttl=60)
+    def predict(features: tuple[float, ...], model: str = "v1") -> float:
+        model_calls.append(model)
+        time.sleep(0.005)  # stands in for model inference
+        return sum(features) / len(features)
+
+    print("== exact tier (in-process L1)")
+    x = (0.2, 0.4, 0.6)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        y = predict(x)
+        print(f"  predict{x} = {y:.3f}  in {(time.perf_counter() - t0) * 1e3:7.3f} ms")
+    print(f"  model ran {len(model_calls)} time(s); lookup says {predict.lookup(x).status.value}")
+
+    if semantic:
+        print("== semantic tier (all-MiniLM-L6-v2 + local FAISS); loading the model ...")
+
+        @cache.semantic(ttl=3600)
+        def answer(prompt: str, *, model: str) -> str:
+            model_calls.append(model)
+            return f"[{model}] answer to: {prompt}"
+
+        try:
+            for asked, _ in QUESTIONS:
+                answer(asked, model="gpt-4o-mini")
+            for asked, paraphrase in QUESTIONS:
+                r = answer.lookup(paraphrase, model="gpt-4o-mini")
+                shown = f"{r.similarity:.3f}" if r.similarity is not None else "-"
+                print(f"  {paraphrase!r}\n    -> {r.status.value} (similarity {shown})"
+                      f" from {r.matched_text!r}")
+            other_model = answer.lookup(QUESTIONS[0][1], model="gpt-4.1")
+            print(f"  same paraphrase, model gpt-4.1 -> {other_model.status.value} (scope)")
+            unrelated = answer.lookup(UNRELATED, model="gpt-4o-mini")
+            print(f"  {UNRELATED!r} -> {unrelated.status.value}")
+            ok = other_model.status is Status.MISS and unrelated.status is Status.MISS
+        finally:
+            answer.close()
+    else:
+        ok = True
+
+    s = cache.stats()
+    print("== telemetry")
+    print(f"  hits={s.hits} misses={s.misses} hit_rate={s.hit_rate:.2f} "
+          f"calls_saved={s.calls_saved} time_saved={s.time_saved_s * 1e3:.1f} ms")
+    l1 = s.tiers["l1"]
+    print(f"  l1: hits={l1.hits} misses={l1.misses} p50={l1.latency.p50_ms} ms")
+    for name, section in s.extra.items():
+        if name.startswith("semantic:"):
+            print(f"  {name}: {section}")
+    return 0 if ok else 1

@@ -1,0 +1,237 @@
+"""The cache's policy against a real Redis started by the tests: sharing, fail-open, breaker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachekit import Cache, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.01)  # poll interval
+
+
+def ns() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def test_l2_hit_fills_l1_across_instances(redis_server) -> None:
+    name = ns()
+    a = Cache(redis_url=redis_server.url, namespace=name)
+    b = Cache(redis_url=redis_server.url, namespace=name)
+    calls: list[str] = []
+
+    def make(cache: Cache, tag: str):  # the same function identity in two caches
+        @cache.cached(name="predict", ttl=60)
+        def predict(x: int) -> str:
+            calls.append(tag)
+            return f"{tag}:{x}"
+
+        return predict
+
+    pa, pb = make(a, "a"), make(b, "b")
+    assert pa(1) == "a:1"
+    assert pb(1) == "a:1"  # served from Redis, b never ran
+    assert pb(1) == "a:1"
+    assert calls == ["a"]
+    sb = b.stats()
+    assert sb.tiers["l2"].hits == 1 and sb.tiers["l1"].hits == 1
+    assert sb.tiers["l2"].latency.p50_ms is not None
+
+
+def test_l2_only_sees_every_write(redis_server) -> None:
+    name = ns()
+    a = Cache(redis_url=redis_server.url, namespace=name, l1=False)
+    b = Cache(redis_url=redis_server.url, namespace=name, l1=False)
+    a.set("k", 1)
+    assert b.get("k") == 1
+    a.set("k", 2)
+    assert b.get("k") == 2
+    b.delete("k")
+    assert a.get("k") is None
+
+
+def test_namespace_bump_reaches_other_processes(redis_server) -> None:
+    name = ns()
+    a = Cache(redis_url=redis_server.url, namespace=name, version_refresh_s=0.0)
+    b = Cache(redis_url=redis_server.url, namespace=name, version_refresh_s=0.0)
+    b.set("k", "old")
+    assert a.get("k") == "old"
+    assert b.get("k") == "old"
+    assert a.invalidate_namespace()
+    assert a.version == 1
+    assert b.get("k") is None and b.version == 1
+
+
+def test_unreadable_entry_is_a_miss_and_gets_overwritten(redis_server) -> None:
+    import redis
+
+    name = ns()
+    cache = Cache(redis_url=redis_server.url, namespace=name)
+
+    @cache.cached(name="f")
+    def f(x: int) -> int:
+        return x + 1
+
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.set(f.cache_key(1), b"p\x80garbage-pickle")  # another serializer's tag: refused
+    assert f(1) == 2
+    assert cache.stats().tiers["l2"].errors == 1
+    assert raw.get(f.cache_key(1)).startswith(b"m")
+
+
+def test_two_processes_share_entries(redis_server) -> None:
+    name = ns()
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from cachekit import Cache
+        cache = Cache(redis_url={redis_server.url!r}, namespace={name!r})
+        @cache.cached(name="embed", ttl=60)
+        def embed(text, dims=3):
+            return [len(text)] * dims
+        print(embed("hello"), embed("hello", dims=2))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[5, 5, 5] [5, 5]"
+    cache = Cache(redis_url=redis_server.url, namespace=name)
+
+    @cache.cached(name="embed", ttl=60)
+    def embed(text: str, dims: int = 3) -> list[int]:
+        raise AssertionError("must be served from Redis")
+
+    assert embed("hello") == [5, 5, 5]
+    assert embed(dims=2, text="hello") == [5, 5]
+
+
+def test_redis_killed_mid_run_fails_open_and_recovers(redis_server) -> None:
+    cache = Cache(redis_url=redis_server.url, namespace=ns(), breaker_failures=3,
+                  breaker_reset_s=0.2, l1=False)
+    calls: list[int] = []
+
+    @cache.cached(name="f")
+    def f(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    assert f(1) == 2 and f(1) == 2
+    assert calls == [1]
+    redis_server.kill()
+    t0 = time.monotonic()
+    for i in range(20):
+        assert f(i) == i * 2  # never an exception; every call computes
+    elapsed = time.monotonic() - t0
+    assert cache.breaker_state == "open"
+    s = cache.stats()
+    assert s.tiers["l2"].errors >= 3
+    assert s.tiers["l2"].skipped > 0  # the breaker spared Redis the remaining calls
+    assert elapsed < 5.0
+    redis_server.restart()
+    wait_until(lambda: f(100) == 200 and cache.breaker_state == "closed")
+    calls.clear()
+    f(101)
+    f(101)
+    assert calls == [101]  # the second call was a Redis hit again
+
+
+def test_paused_redis_costs_a_timeout_not_a_hang(redis_server) -> None:
+    cache = Cache(redis_url=redis_server.url, namespace=ns(), redis_timeout=0.05)
+
+    @cache.cached(name="f")
+    def f(x: int) -> int:
+        return x
+
+    f(0)
+    redis_server.pause()  # accepts connections, answers nothing: a hung server
+    try:
+        t0 = time.monotonic()
+        assert f(1) == 1
+        assert time.monotonic() - t0 < 1.0
+        assert cache.stats().tiers["l2"].errors >= 1
+    finally:
+        redis_server.resume()
+
+
+async def test_async_functions_share_through_redis(redis_server) -> None:
+    name = ns()
+    a = Cache(redis_url=redis_server.url, namespace=name)
+    b = Cache(redis_url=redis_server.url, namespace=name)
+
+    @a.cached(name="g")
+    async def ga(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    @b.cached(name="g")
+    async def gb(x: int) -> dict[str, int]:
+        raise AssertionError("served from Redis")
+
+    assert await ga(3) == {"x": 3}
+    assert await gb(3) == {"x": 3}
+    assert (await gb.lookup(3)).status is Status.HIT
+    await gb.invalidate(3)
+    assert (await ga.lookup(3)).status is Status.HIT  # a's L1 still holds it
+    a.clear_local()
+    assert (await ga.lookup(3)).status is Status.MISS
+
+
+async def test_async_fail_open(redis_server) -> None:
+    cache = Cache(redis_url=redis_server.url, namespace=ns(), breaker_failures=2, l1=False)
+
+    @cache.cached(name="g")
+    async def g(x: int) -> int:
+        return -x
+
+    assert await g(1) == -1
+    redis_server.kill()
+    for i in range(5):
+        assert await g(i) == -i
+    assert cache.breaker_state == "open"
+
+
+def test_redis_cluster_backed_cache(redis_cluster) -> None:
+    name = ns()
+    a = Cache(redis_cluster_url=redis_cluster.url, namespace=name)
+    b = Cache(redis_cluster_url=redis_cluster.url, namespace=name, l1=False)
+    calls: list[int] = []
+
+    @a.cached(name="f")
+    def fa(x: int) -> int:
+        calls.append(x)
+        return x
+
+    @b.cached(name="f")
+    def fb(x: int) -> int:
+        calls.append(-x)
+        return x
+
+    for i in range(50):  # keys land on all three nodes' slots
+        fa(i)
+    assert [fb(i) for i in range(50)] == list(range(50))
+    assert calls == list(range(50))
+    assert a.invalidate_namespace()
+    b._next_version_check = float("-inf")
+    assert fb.lookup(1).status is Status.MISS
+
+
+def test_tls_and_password_urls(redis_password_server, redis_tls_server) -> None:
+    for server in (redis_password_server, redis_tls_server):
+        cache = Cache(redis_url=server.url, namespace=ns(), l1=False,
+                      redis_options=server.client_kwargs, redis_timeout=0.5)
+        assert cache.set("k", [1, 2])
+        assert cache.get("k") == [1, 2]
+        assert cache.stats().tiers["l2"].errors == 0
