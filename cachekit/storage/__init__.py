@@ -1,0 +1,35 @@
+"""Storage tiers: bytes key-value stores behind :class:`cachekit.protocols.StorageTier`.
+
+Kept import-light: optional backends (redis) are imported only when their class is first
+accessed, so ``import cachekit.storage`` works without the ``redis`` extra installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cachekit.storage.memory import MemoryTier
+    from cachekit.storage.redis import RedisTier, hash_tag
+
+__all__ = ["MemoryTier", "RedisTier", "hash_tag"]
+
+_LAZY = {
+    "MemoryTier": "cachekit.storage.memory",
+    "RedisTier": "cachekit.storage.redis",
+    "hash_tag": "cachekit.storage.redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

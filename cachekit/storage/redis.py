@@ -1,0 +1,372 @@
+"""Redis storage tier: standalone, TLS, unix socket or Redis Cluster, sync and asyncio.
+
+This is a mechanism, not a policy. Every method raises on failure (a dead server, a timeout,
+a wrong password); turning errors into misses and tripping a circuit breaker is the cache's job.
+What this module does guarantee is that a failure is *cheap*: socket and connect timeouts are
+always set and redis-py's automatic retries are switched off, so a dead server costs about one
+timeout per call rather than redis-py's default of ten retries with exponential backoff.
+
+Keys arrive ready-made. When several keys must be touched atomically on a cluster (MULTI,
+Lua, multi-key commands) the caller puts them in one slot with :func:`hash_tag`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.cluster
+import redis.retry
+from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
+
+from cachekit.protocols import Entry
+
+__all__ = ["RedisTier", "hash_tag"]
+
+_DEFAULT_URL = "redis://localhost:6379/0"
+_PLAIN_SCHEMES = ("redis", "rediss", "unix")
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def hash_tag(s: str) -> str:
+    """Wrap ``s`` in a Redis Cluster hash tag: ``"{" + s + "}"``.
+
+    Redis Cluster hashes only the part of a key between the first ``{`` and the next ``}``, so
+    keys that embed the same tag land in the same slot. Use it when keys must be used together
+    in one atomic operation (MULTI/EXEC, a Lua script, a multi-key command such as SUNIONSTORE
+    or a stream plus its index hash): cross-slot operations are refused by a cluster with
+    CROSSSLOT. Do not tag keys that are only batched (MGET/SET pipelines): the tier spreads
+    those across nodes itself, and tagging everything onto one slot would put all load on one
+    node.
+    """
+    return "{" + s + "}"
+
+
+def _px(ttl: float) -> int:
+    # Round up so a tiny positive TTL still stores the value for at least a millisecond
+    # (PX 0 is a Redis error).
+    return max(1, math.ceil(ttl * 1000.0))
+
+
+class RedisTier:
+    """A :class:`~cachekit.protocols.StorageTier` and
+    :class:`~cachekit.protocols.AsyncStorageTier` over Redis.
+
+    ``url`` schemes: ``redis://``, ``rediss://`` (TLS), ``unix://``, and ``redis+cluster://`` /
+    ``rediss+cluster://`` for Redis Cluster (or ``cluster=True`` with a plain TCP URL). Username
+    and password may be given in the URL; query-string options and ``client_kwargs`` (e.g.
+    ``ssl_ca_certs``, ``ssl_cert_reqs``, ``client_name``) are passed through to redis-py.
+
+    ``client`` lets several components share one pre-built client: a sync ``redis.Redis`` /
+    ``redis.cluster.RedisCluster``, or an asyncio client (then only the ``a``-methods work and the
+    caller is responsible for using it on a single event loop). A passed-in client is not closed
+    by :meth:`close` / :meth:`aclose`.
+
+    Sync clients are created lazily on first use. asyncio clients are bound to the event loop
+    that created their connections, so one is kept per running loop; clients of loops that have
+    since been closed are dropped on the next async call.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        cluster: bool | None = None,
+        client: Any = None,
+        socket_timeout: float = 0.05,
+        connect_timeout: float = 0.05,
+        max_connections: int = 64,
+        name: str = "redis",
+        **client_kwargs: Any,
+    ) -> None:
+        if socket_timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("socket_timeout and connect_timeout must be positive")
+        if max_connections <= 0:
+            raise ValueError("max_connections must be positive")
+        for banned in ("retry", "socket_connect_timeout"):
+            if banned in client_kwargs:
+                # Both would silently undo the bounded-failure guarantee or duplicate an argument.
+                raise ValueError(f"{banned!r} is managed by RedisTier; use connect_timeout")
+        self.name = name
+        self.socket_timeout = socket_timeout
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections
+        self._client_kwargs = dict(client_kwargs)
+        self._lock = threading.Lock()
+        self._sync: Any = None
+        # loop -> (asyncio client, generator that closes it when the loop shuts down)
+        self._async: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
+        self._shared_async: Any = None
+        self._owns_sync = True
+
+        if client is not None:
+            if url is not None:
+                raise ValueError("pass either url or client, not both")
+            self._url = ""
+            self._is_cluster = isinstance(
+                client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+            )
+            if cluster is not None and cluster != self._is_cluster:
+                raise ValueError(f"cluster={cluster} contradicts the client passed in")
+            if isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
+                self._shared_async = client
+            else:
+                self._sync = client
+            self._owns_sync = False
+            return
+
+        self._url, self._is_cluster = self._parse_url(url or _DEFAULT_URL, cluster)
+
+    @staticmethod
+    def _parse_url(url: str, cluster: bool | None) -> tuple[str, bool]:
+        """Validate ``url`` and return ``(url for redis-py, is_cluster)``."""
+        if not isinstance(url, str) or "://" not in url:
+            raise ValueError(
+                f"invalid Redis URL {url!r}: expected redis://, rediss://, unix://, "
+                "redis+cluster:// or rediss+cluster://"
+            )
+        scheme, rest = url.split("://", 1)
+        scheme = scheme.lower()
+        if scheme in _CLUSTER_SCHEMES:
+            if cluster is False:
+                raise ValueError(f"URL scheme {scheme}:// asks for a cluster but cluster=False")
+            scheme, is_cluster = _CLUSTER_SCHEMES[scheme], True
+        elif scheme in _PLAIN_SCHEMES:
+            is_cluster = bool(cluster)
+        else:
+            raise ValueError(
+                f"unsupported Redis URL scheme {scheme + '://'!r} in {_redact(url)!r}: expected "
+                "redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+            )
+        plain = f"{scheme}://{rest}"
+        parts = urlsplit(plain)
+        if scheme == "unix":
+            if is_cluster:
+                raise ValueError("Redis Cluster cannot be reached over a unix socket")
+            if not parts.path:
+                raise ValueError(f"unix URL without a socket path: {_redact(url)!r}")
+        else:
+            try:
+                parts.port  # noqa: B018 - urlsplit validates the port lazily
+            except ValueError as e:
+                raise ValueError(f"invalid port in Redis URL {_redact(url)!r}") from e
+            if not parts.hostname:
+                raise ValueError(f"Redis URL without a host: {_redact(url)!r}")
+            if is_cluster and parts.path.strip("/") not in ("", "0"):
+                raise ValueError("Redis Cluster only has database 0")
+        return plain, is_cluster
+
+    # -- introspection -------------------------------------------------------------------
+
+    @property
+    def is_cluster(self) -> bool:
+        return self._is_cluster
+
+    def __repr__(self) -> str:
+        target = _redact(self._url) if self._url else "<shared client>"
+        return f"RedisTier(name={self.name!r}, url={target!r}, cluster={self._is_cluster})"
+
+    # -- clients -------------------------------------------------------------------------
+
+    def _common_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.connect_timeout,
+            "max_connections": self.max_connections,
+        }
+        # redis-py 8 speaks RESP3 and enables maintenance notifications in "auto" mode. While
+        # they are enabled the pool skips its checkout-time check for dead sockets, so after a
+        # server restart every pooled connection would fail one call (no retries here to hide
+        # it). They only matter for Redis Enterprise/Cloud; pass maint_notifications_config to
+        # opt back in.
+        kwargs["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+        kwargs.update(self._client_kwargs)
+        return kwargs
+
+    def _new_sync(self) -> Any:
+        # redis-py 8 defaults to Retry(ExponentialWithJitterBackoff, 10) on both the standalone
+        # client and the cluster client; zero retries keep a dead server at one timeout.
+        no_retry = redis.retry.Retry(NoBackoff(), 0)
+        kwargs = self._common_kwargs()
+        if self._is_cluster:
+            return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
+        return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
+
+    def _new_async(self) -> Any:
+        # The asyncio clients take their own Retry class; the sync one would not type-check
+        # and is not awaited correctly.
+        no_retry = redis.asyncio.retry.Retry(NoBackoff(), 0)
+        kwargs = self._common_kwargs()
+        if self._is_cluster:
+            return redis.asyncio.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
+        return redis.asyncio.Redis.from_url(self._url, retry=no_retry, **kwargs)
+
+    @property
+    def client(self) -> Any:
+        """The synchronous redis-py client (created on first use), for commands beyond the
+        tier's own (hashes, streams, scripts) that should share its connection pool."""
+        c = self._sync
+        if c is None:
+            if self._shared_async is not None:
+                raise RuntimeError("this RedisTier wraps an asyncio client; use the a-methods")
+            with self._lock:
+                c = self._sync
+                if c is None:
+                    c = self._sync = self._new_sync()
+        return c
+
+    async def aclient(self) -> Any:
+        """The asyncio client for the running event loop (created on first use in that loop)."""
+        if self._shared_async is not None:
+            return self._shared_async
+        if not self._url:
+            raise RuntimeError("this RedisTier wraps a sync client; pass a URL for asyncio use")
+        loop = asyncio.get_running_loop()
+        entry = self._async.get(loop)
+        if entry is not None:
+            return entry[0]
+        started: AsyncGenerator[None, None] | None = None
+        with self._lock:
+            # Entries of closed loops are dead weight (their clients were closed at loop
+            # shutdown, see below). A WeakKeyDictionary would not drop them by itself: the
+            # client's transports keep the loop alive.
+            self._drop_closed_loops()
+            entry = self._async.get(loop)
+            if entry is None:
+                client = self._new_async()
+                started = _close_at_loop_shutdown(client)
+                entry = self._async[loop] = (client, started)
+        if started is not None:
+            # The first step registers the generator with the running loop, whose
+            # shutdown_asyncgens() (run by asyncio.run / asyncio.Runner before closing the loop)
+            # then closes the client while the loop can still run its transports' cleanup.
+            await anext(started)
+        return entry[0]
+
+    def _drop_closed_loops(self) -> None:
+        for dead in [lp for lp in self._async if lp.is_closed()]:
+            del self._async[dead]
+
+    # -- StorageTier ---------------------------------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        c = self.client
+        if self._is_cluster:
+            # Keys may span slots: redis-py groups them per slot and pipelines one MGET per
+            # slot, so each node is visited once.
+            return list(c.mget_nonatomic(list(keys)))
+        return list(c.mget(list(keys)))
+
+    def set_many(self, entries: Sequence[Entry]) -> None:
+        if not entries:
+            return
+        pipe = self.client.pipeline() if self._is_cluster else self.client.pipeline(False)
+        _queue_sets(pipe, entries)
+        pipe.execute()
+
+    def delete_many(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        # On a cluster, redis-py's delete() splits the keys by slot and sums the replies.
+        return int(self.client.delete(*keys))
+
+    def incr(self, key: str) -> int:
+        return int(self.client.incr(key))
+
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+    def close(self) -> None:
+        """Close the sync client's connections (a later call reconnects). asyncio clients
+        belong to their loops: close them with :meth:`aclose` from inside the loop."""
+        with self._lock:
+            c, self._sync = (self._sync, None) if self._owns_sync else (None, self._sync)
+            self._drop_closed_loops()
+        if c is not None:
+            c.close()
+
+    # -- AsyncStorageTier ----------------------------------------------------------------
+
+    async def aget_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        c = await self.aclient()
+        if self._is_cluster:
+            return list(await c.mget_nonatomic(list(keys)))
+        return list(await c.mget(list(keys)))
+
+    async def aset_many(self, entries: Sequence[Entry]) -> None:
+        if not entries:
+            return
+        c = await self.aclient()
+        pipe = c.pipeline() if self._is_cluster else c.pipeline(transaction=False)
+        _queue_sets(pipe, entries)
+        await pipe.execute()
+
+    async def adelete_many(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        c = await self.aclient()
+        return int(await c.delete(*keys))
+
+    async def aincr(self, key: str) -> int:
+        c = await self.aclient()
+        return int(await c.incr(key))
+
+    async def aping(self) -> bool:
+        c = await self.aclient()
+        return bool(await c.ping())
+
+    async def aclose(self) -> None:
+        """Close the running loop's asyncio client (a later call reconnects)."""
+        if self._shared_async is not None:
+            return
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._async.pop(loop, None)
+        if entry is not None:
+            await entry[1].aclose()  # runs the generator's finally: closes the client
+
+
+async def _close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+def _queue_sets(pipe: Any, entries: Sequence[Entry]) -> None:
+    """Queue one command per entry on a non-transactional pipeline (sync or asyncio: queueing
+    is synchronous on both)."""
+    for key, value, ttl in entries:
+        if ttl is None:
+            pipe.set(key, value)
+        elif ttl > 0:
+            pipe.set(key, value, px=_px(ttl))
+        else:
+            # An already-expired entry must not be readable, including an older value.
+            pipe.delete(key)
+
+
+def _redact(url: str) -> str:
+    """``url`` with any password replaced, for error messages and reprs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()

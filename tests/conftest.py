@@ -1,0 +1,108 @@
+"""Shared fixtures. Redis fixtures start their own servers (never the one on :6379) and skip
+with a reason when the binaries are missing; see tests/redis_servers.py."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # so test modules can `import redis_servers`
+
+from redis_servers import (
+    RedisCluster,
+    RedisServer,
+    missing_binaries_reason,
+    tls_unavailable_reason,
+)
+
+# A password with URL-reserved characters, so percent-encoding in URLs is exercised too.
+REDIS_TEST_PASSWORD = "ck p@ss:w/rd%"
+
+_REDIS_FIXTURES = {
+    "redis_server",
+    "redis_url",
+    "redis_password_server",
+    "redis_tls_server",
+    "redis_cluster",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests that use a Redis fixture get the markers automatically, so `-m "not redis"` and
+    # `-m "not cluster"` select correctly without every test remembering to mark itself.
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _REDIS_FIXTURES:
+            item.add_marker(pytest.mark.redis)
+        if "redis_cluster" in names:
+            item.add_marker(pytest.mark.cluster)
+
+
+def _skip_without_redis(cluster: bool = False) -> None:
+    reason = missing_binaries_reason(cluster=cluster)
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh, empty, started :class:`RedisServer` (no auth, no TLS) for this test only."""
+    _skip_without_redis()
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """``redis://127.0.0.1:<port>/0`` of this test's :func:`redis_server`."""
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_password_server() -> Iterator[RedisServer]:
+    """A started server with ``requirepass`` set; its ``url`` carries the (quoted) password."""
+    _skip_without_redis()
+    server = RedisServer(password=REDIS_TEST_PASSWORD).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_tls_server() -> Iterator[RedisServer]:
+    """A started TLS-only server (``rediss://`` url) with a throwaway CA; pass
+    ``server.client_kwargs`` (``ssl_ca_certs`` ...) to clients."""
+    reason = tls_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = RedisServer(tls=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A 3-master Redis Cluster shared by the whole session (forming one takes seconds).
+    Never flush it: tests must use unique key prefixes (see :func:`key_prefix`)."""
+    _skip_without_redis(cluster=True)
+    cluster = RedisCluster(n=3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A prefix unique to this test, for servers shared between tests."""
+    return f"ck-test:{uuid.uuid4().hex[:12]}:"

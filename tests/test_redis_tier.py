@@ -1,0 +1,444 @@
+"""Mechanism tests for :class:`cachekit.storage.redis.RedisTier`: bounded failures, recovery,
+per-loop asyncio clients, URL handling. Semantics shared with other tiers live in
+test_storage_conformance.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+redis = pytest.importorskip("redis")
+
+from redis.cluster import key_slot  # noqa: E402
+from redis_servers import RedisCluster, RedisServer  # noqa: E402
+
+from cachekit.storage.redis import RedisTier, hash_tag  # noqa: E402
+
+TIMEOUT = 0.05
+# "About one timeout": generous for a loaded machine, far below redis-py's default of ten
+# retries with backoff (several seconds with these timeouts).
+BOUND = 10 * TIMEOUT
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fast_tier(redis_server: RedisServer) -> Iterator[RedisTier]:
+    t = RedisTier(redis_server.url, socket_timeout=TIMEOUT, connect_timeout=TIMEOUT)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def _conn_retries(client: Any) -> int:
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        return int(conn.retry.get_retries())
+    finally:
+        pool.release(conn)
+
+
+# -- bounded failures ------------------------------------------------------------------------
+
+
+def test_retries_disabled_where_redis_py_would_retry(fast_tier: RedisTier) -> None:
+    assert _conn_retries(fast_tier.client) == 0
+    # Why the tier passes an explicit Retry: redis-py 8's Redis(...) constructor defaults to
+    # ten retries with exponential backoff (from_url happens not to; relying on that is fragile).
+    default = redis.Redis(host="127.0.0.1", port=1)
+    assert default.get_retry().get_retries() > 0
+    default.close()
+
+
+async def test_async_retries_disabled(fast_tier: RedisTier) -> None:
+    client = await fast_tier.aclient()
+    conn = await client.connection_pool.get_connection()
+    try:
+        assert conn.retry.get_retries() == 0
+        assert conn.socket_timeout == TIMEOUT
+        assert conn.socket_connect_timeout == TIMEOUT
+    finally:
+        await client.connection_pool.release(conn)
+        await fast_tier.aclose()
+
+
+def test_unresponsive_server_costs_one_timeout(
+    redis_server: RedisServer, fast_tier: RedisTier
+) -> None:
+    fast_tier.set_many([("k", b"v", None)])  # a pooled, already-connected connection
+    redis_server.pause()
+    for call in (
+        lambda: fast_tier.get_many(["k"]),
+        lambda: fast_tier.set_many([("k", b"v2", 1.0)]),
+        lambda: fast_tier.delete_many(["k"]),
+    ):
+        start = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            call()
+        assert time.monotonic() - start < BOUND
+    # A tier with no pooled connection: connect (accepted by the kernel) then read timeout.
+    fresh = RedisTier(redis_server.url, socket_timeout=TIMEOUT, connect_timeout=TIMEOUT)
+    start = time.monotonic()
+    with pytest.raises(redis.exceptions.RedisError):
+        fresh.incr("n")
+    assert time.monotonic() - start < BOUND
+    redis_server.resume()
+    assert fast_tier.get_many(["k"]) == [b"v"]  # timed-out connections were discarded
+    fresh.close()
+
+
+async def test_async_unresponsive_server_costs_one_timeout(
+    redis_server: RedisServer, fast_tier: RedisTier
+) -> None:
+    await fast_tier.aset_many([("k", b"v", None)])
+    redis_server.pause()
+    for call in (
+        lambda: fast_tier.aget_many(["k"]),
+        lambda: fast_tier.aset_many([("k", b"v2", None)]),
+        lambda: fast_tier.aincr("n"),
+    ):
+        start = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            await call()
+        assert time.monotonic() - start < BOUND
+    redis_server.resume()
+    assert await fast_tier.aget_many(["k"]) == [b"v"]
+    await fast_tier.aclose()
+
+
+def test_killed_server_raises_quickly(redis_server: RedisServer, fast_tier: RedisTier) -> None:
+    fast_tier.set_many([("k", b"v", None)])
+    redis_server.kill()
+    for call in (
+        lambda: fast_tier.get_many(["k"]),
+        lambda: fast_tier.set_many([("k", b"v", None)]),
+        lambda: fast_tier.delete_many(["k"]),
+        lambda: fast_tier.incr("n"),
+        fast_tier.ping,
+    ):
+        start = time.monotonic()
+        with pytest.raises(redis.exceptions.ConnectionError):
+            call()
+        assert time.monotonic() - start < BOUND
+
+
+async def test_async_killed_server_raises_quickly(
+    redis_server: RedisServer, fast_tier: RedisTier
+) -> None:
+    await fast_tier.aset_many([("k", b"v", None)])
+    redis_server.kill()
+    start = time.monotonic()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await fast_tier.aget_many(["k"])
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await fast_tier.aping()
+    assert time.monotonic() - start < 2 * BOUND
+    await fast_tier.aclose()
+
+
+# -- recovery --------------------------------------------------------------------------------
+
+
+def test_same_tier_recovers_after_restart(redis_server: RedisServer, fast_tier: RedisTier) -> None:
+    fast_tier.set_many([("k", b"v", None)])
+    redis_server.kill()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        fast_tier.get_many(["k"])
+    redis_server.restart()
+    # Nothing persists across a restart (--save ""), but the same object works at once.
+    assert fast_tier.get_many(["k"]) == [None]
+    fast_tier.set_many([("k", b"again", None)])
+    assert fast_tier.get_many(["k"]) == [b"again"]
+
+
+def test_stale_pooled_connection_is_replaced(
+    redis_server: RedisServer, fast_tier: RedisTier
+) -> None:
+    # No failing call between the kill and the restart: the pool still holds a connection to
+    # the dead process. With retries off, the first call must still succeed, which relies on
+    # redis-py's checkout-time health check rather than on a retry.
+    fast_tier.set_many([("k", b"v", None)])
+    redis_server.kill()
+    redis_server.restart()
+    assert fast_tier.get_many(["k"]) == [None]
+
+
+async def test_async_same_tier_recovers_after_restart(
+    redis_server: RedisServer, fast_tier: RedisTier
+) -> None:
+    await fast_tier.aset_many([("k", b"v", None)])
+    redis_server.kill()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await fast_tier.aget_many(["k"])
+    redis_server.restart()
+    assert await fast_tier.aget_many(["k"]) == [None]
+    # And a stale connection without a failed call in between. The restart runs in a thread
+    # so the loop keeps running meanwhile, as it would in a service, and sees the EOF.
+    await fast_tier.aset_many([("k", b"v", None)])
+    await asyncio.to_thread(redis_server.kill)
+    await asyncio.to_thread(redis_server.restart)
+    assert await fast_tier.aincr("n") == 1
+    await fast_tier.aclose()
+
+
+def test_close_then_reuse(fast_tier: RedisTier) -> None:
+    fast_tier.set_many([("k", b"v", None)])
+    first = fast_tier.client
+    fast_tier.close()
+    assert fast_tier.get_many(["k"]) == [b"v"]
+    assert fast_tier.client is not first
+
+
+# -- asyncio clients per loop ----------------------------------------------------------------
+
+
+def test_async_client_per_loop_across_asyncio_run(fast_tier: RedisTier) -> None:
+    seen: list[Any] = []
+
+    async def work(n: int) -> list[bytes | None]:
+        client = await fast_tier.aclient()
+        assert await fast_tier.aclient() is client  # one client per loop, reused
+        seen.append(client)
+        await asyncio.gather(*(fast_tier.aincr("counter") for _ in range(20)))
+        await fast_tier.aset_many([(f"k{n}", str(n).encode(), None)])
+        return await fast_tier.aget_many(["k1", "k2"])
+
+    # No aclose(): the tier must cope with a loop that just ended, and close that loop's
+    # client during the loop's shutdown rather than leak its sockets.
+    assert asyncio.run(work(1)) == [b"1", None]
+    pool = seen[0].connection_pool
+    assert pool._available_connections, "the first loop made connections"
+    assert not any(c.is_connected for c in pool._available_connections)
+    assert asyncio.run(work(2)) == [b"1", b"2"]
+    assert seen[0] is not seen[1]
+    # The closed loop's client was dropped, not kept forever.
+    assert seen[0] not in fast_tier._async.values()
+    assert fast_tier.get_many(["counter"]) == [b"40"]
+
+
+def test_async_clients_in_concurrent_threads(fast_tier: RedisTier) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        async def work() -> None:
+            for _ in range(10):
+                await fast_tier.aincr("c")
+            await fast_tier.aclose()
+
+        try:
+            asyncio.run(work())
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not errors
+    assert fast_tier.get_many(["c"]) == [b"40"]
+
+
+# -- URLs and construction -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "cluster", "expected"),
+    [
+        ("redis://h:1/0", None, False),
+        ("rediss://h:1", None, False),
+        ("unix:///tmp/r.sock", None, False),
+        ("redis+cluster://h:1", None, True),
+        ("rediss+cluster://u:p@h:1", None, True),
+        ("REDIS+CLUSTER://h:1", None, True),
+        ("redis://h:1", True, True),
+        ("redis+cluster://h:1", True, True),
+    ],
+)
+def test_cluster_detection(url: str, cluster: bool | None, expected: bool) -> None:
+    # Construction is lazy, so these hosts are never contacted.
+    assert RedisTier(url, cluster=cluster).is_cluster is expected
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "match"),
+    [
+        ("http://h:1", {}, "unsupported Redis URL scheme 'http://'"),
+        ("localhost:6379", {}, "invalid Redis URL"),
+        ("redis://:6379", {}, "without a host"),
+        ("redis://h:notaport", {}, "invalid port"),
+        ("unix://", {}, "socket path"),
+        ("redis+cluster://h:1", {"cluster": False}, "cluster=False"),
+        ("unix:///tmp/r.sock", {"cluster": True}, "unix socket"),
+        ("redis+cluster://h:1/3", {}, "database 0"),
+        ("redis://h:1", {"retry": None}, "managed by RedisTier"),
+        ("redis://h:1", {"socket_timeout": 0}, "positive"),
+    ],
+)
+def test_bad_url_or_options_raise_value_error(url: str, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RedisTier(url, **kwargs)
+
+
+def test_errors_and_repr_hide_password() -> None:
+    with pytest.raises(ValueError) as info:
+        RedisTier("http://user:hunter2@h:1")
+    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in repr(RedisTier("redis://user:hunter2@h:1"))
+
+
+def test_import_cachekit_storage_does_not_import_redis() -> None:
+    code = "import cachekit.storage, sys; assert 'redis' not in sys.modules, 'redis imported'"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_hash_tag_puts_keys_in_one_slot() -> None:
+    assert hash_tag("user:1") == "{user:1}"
+    a, b = f"{hash_tag('user:1')}:profile", f"stream:{hash_tag('user:1')}"
+    assert key_slot(a.encode()) == key_slot(b.encode())
+    assert key_slot(b"user:1:profile") != key_slot(b"stream:user:1")
+
+
+# -- transports and auth ---------------------------------------------------------------------
+
+
+def test_unix_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "r.sock"
+    server = RedisServer(extra_args=("--unixsocket", str(sock), "--unixsocketperm", "700"))
+    if (reason := _missing()) is not None:
+        pytest.skip(reason)
+    server.start()
+    try:
+        tier = RedisTier(f"unix://{sock}", socket_timeout=1.0, connect_timeout=1.0)
+        tier.set_many([("k", b"v", None)])
+        assert tier.get_many(["k"]) == [b"v"]
+        tier.close()
+    finally:
+        server.stop()
+
+
+def _missing() -> str | None:
+    from redis_servers import missing_binaries_reason
+
+    return missing_binaries_reason()
+
+
+def test_password_required_and_checked(redis_password_server: RedisServer) -> None:
+    server = redis_password_server
+    no_auth = RedisTier(f"redis://127.0.0.1:{server.port}/0", socket_timeout=1.0)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        no_auth.get_many(["k"])
+    wrong = RedisTier(f"redis://:wrong@127.0.0.1:{server.port}/0", socket_timeout=1.0)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        wrong.get_many(["k"])
+    # The fixture's password has URL-reserved characters, percent-encoded in server.url.
+    right = RedisTier(server.url, socket_timeout=1.0)
+    assert right.incr("n") == 1
+    for t in (no_auth, wrong, right):
+        t.close()
+
+
+def test_tls_verifies_server_and_passes_ssl_options(redis_tls_server: RedisServer) -> None:
+    server = redis_tls_server
+    unverified = RedisTier(server.url, socket_timeout=1.0, connect_timeout=1.0)
+    with pytest.raises(redis.exceptions.ConnectionError, match=r"(?i)certificate"):
+        unverified.get_many(["k"])  # the system CAs do not know the throwaway CA
+    via_kwargs = RedisTier(
+        server.url, socket_timeout=1.0, connect_timeout=1.0, ssl_ca_certs=str(server.ca_cert)
+    )
+    via_query = RedisTier(
+        f"{server.url}?ssl_ca_certs={server.ca_cert}", socket_timeout=1.0, connect_timeout=1.0
+    )
+    via_kwargs.set_many([("k", b"v", None)])
+    assert via_query.get_many(["k"]) == [b"v"]
+    plain = RedisTier(f"redis://127.0.0.1:{server.port}/0", socket_timeout=TIMEOUT)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        plain.get_many(["k"])  # a TLS-only port does not speak plain RESP
+    for t in (unverified, via_kwargs, via_query, plain):
+        t.close()
+
+
+def test_shared_client_is_used_and_not_closed(redis_url: str) -> None:
+    shared = redis.Redis.from_url(redis_url)
+    tier = RedisTier(client=shared, name="shared")
+    tier.set_many([("k", b"v", None)])
+    assert shared.get("k") == b"v"
+    assert tier.client is shared and not tier.is_cluster
+    tier.close()
+    assert shared.ping()  # still usable: the tier did not own it
+    shared.close()
+    with pytest.raises(ValueError):
+        RedisTier(redis_url, client=shared)
+
+
+def test_client_exposes_other_commands_on_the_same_pool(fast_tier: RedisTier) -> None:
+    fast_tier.client.hset("h", mapping={"a": "1"})
+    assert fast_tier.client.hgetall("h") == {b"a": b"1"}
+    assert fast_tier.ping()
+
+
+def test_tiny_positive_ttl_is_valid(fast_tier: RedisTier) -> None:
+    # ttl * 1000 rounds to 0 ms; PX 0 would be a Redis error, so it must round up.
+    fast_tier.set_many([("k", b"v", 1e-6), ("k2", b"v", 0.0015)])
+    assert 0 < fast_tier.client.pttl("k2") <= 2 or fast_tier.get_many(["k2"]) == [None]
+
+
+# -- cluster ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster_tier(redis_cluster: RedisCluster) -> Iterator[RedisTier]:
+    t = RedisTier(redis_cluster.url, socket_timeout=1.0, connect_timeout=1.0)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def test_cluster_client_and_no_retries(cluster_tier: RedisTier) -> None:
+    assert cluster_tier.is_cluster
+    client = cluster_tier.client
+    assert isinstance(client, redis.cluster.RedisCluster)
+    assert client.retry.get_retries() == 0
+    for node in client.get_nodes():
+        assert _conn_retries(node.redis_connection) == 0
+
+
+def test_cluster_multi_slot_delete_and_get(cluster_tier: RedisTier, key_prefix: str) -> None:
+    keys = [f"{key_prefix}{i}" for i in range(60)]
+    assert len({cluster_tier.client.get_node_from_key(k).name for k in keys}) == 3
+    cluster_tier.set_many([(k, k.encode(), None) for k in keys])
+    assert cluster_tier.get_many(keys) == [k.encode() for k in keys]
+    assert cluster_tier.delete_many([*keys, f"{key_prefix}absent"]) == 60
+    # Same-slot keys via hash_tag work with plain multi-key commands too.
+    tagged = [f"{hash_tag(key_prefix)}{i}" for i in range(5)]
+    cluster_tier.client.mset({k: b"t" for k in tagged})
+    assert cluster_tier.client.mget(tagged) == [b"t"] * 5
+
+
+async def test_async_cluster(cluster_tier: RedisTier, key_prefix: str) -> None:
+    client = await cluster_tier.aclient()
+    assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+    assert client.retry.get_retries() == 0
+    keys = [f"{key_prefix}{i}" for i in range(60)]
+    await cluster_tier.aset_many([(k, b"v", 30.0) for k in keys])
+    assert await cluster_tier.aget_many(keys) == [b"v"] * 60
+    assert await cluster_tier.adelete_many(keys) == 60
+    assert await cluster_tier.aincr(f"{key_prefix}n") == 1
+    assert await cluster_tier.aping()
+    await cluster_tier.aclose()
