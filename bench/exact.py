@@ -23,8 +23,8 @@ from collections.abc import Callable
 import cachetools
 import msgpack
 import redis
-
 from _servers import RedisServer  # type: ignore[import-not-found]
+
 from cachekit import Cache
 
 

@@ -308,8 +308,9 @@ class Cache:
     # ------------------------------------------------------------------ keys and ttl
 
     def make_key(self, kind: str, name: str, part: str, local: Hashable | None = None) -> CacheKey:
-        """A key for entries of ``kind`` (``f`` functions, ``kv``, ``feat``, ``sem`` ...) owned by
-        ``name``; ``part`` identifies the entry within it. ``local`` defaults to the remote string."""
+        """A key for entries of ``kind`` (``f`` functions, ``kv``, ``feat``, ``sem`` ...) owned
+        by ``name``; ``part`` identifies the entry within it. ``local`` defaults to the remote
+        string."""
         version = self._version
         remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
         return CacheKey(remote if local is None else local, remote, version)
@@ -391,13 +392,13 @@ class Cache:
         assert self._l2c is not None
         if not self._breaker.allow():
             self._l2c.skipped += 1
-            return _FAILED  # type: ignore[no-any-return]
+            return _FAILED  # type: ignore[no-any-return,unused-ignore]
         t0 = time.perf_counter()
         try:
             result = op(*args)
         except Exception as exc:
             self._l2_failed(exc)
-            return _FAILED  # type: ignore[no-any-return]
+            return _FAILED  # type: ignore[no-any-return,unused-ignore]
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
         return result
@@ -406,13 +407,13 @@ class Cache:
         assert self._l2c is not None
         if not self._breaker.allow():
             self._l2c.skipped += 1
-            return _FAILED  # type: ignore[no-any-return]
+            return _FAILED  # type: ignore[no-any-return,unused-ignore]
         t0 = time.perf_counter()
         try:
             result = await op(*args)
         except Exception as exc:
             self._l2_failed(exc)
-            return _FAILED  # type: ignore[no-any-return]
+            return _FAILED  # type: ignore[no-any-return,unused-ignore]
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
         return result
@@ -470,7 +471,8 @@ class Cache:
             except SerializationError as exc:
                 self._l2c.errors += 1
                 self._telemetry.serialization_errors += 1
-                log.warning("cachekit: unreadable entry %s treated as a miss: %s", keys[i].remote, exc)
+                log.warning("cachekit: unreadable entry %s treated as a miss: %s",
+                            keys[i].remote, exc)
                 continue
             if env.fresh(now):
                 self._l2c.hits += 1
@@ -611,8 +613,7 @@ class Cache:
 
     def _encode_many(self, items: Sequence[StoreItem]) -> tuple[list[bool], list[Entry]]:
         now = self.clock()
-        version = self._version
-        if any(item[0].version != version for item in items):
+        if any(item[0].version != self._version for item in items):
             fresh = self._current([item[0] for item in items])
             items = [(k, *item[1:]) for k, item in zip(fresh, items, strict=True)]
         ok: list[bool] = []

@@ -190,7 +190,8 @@ def make_cached(
             if found.status is Status.STALE:
                 tel.time_saved += timing.mean
                 cache._refresh_in_background(
-                    k.local, lambda: flight.do(k.local, lambda: compute(k, args, kwargs, override, False))
+                    k.local,
+                    lambda: flight.do(k.local, lambda: compute(k, args, kwargs, override, False)),
                 )
                 return found.env.value  # type: ignore[union-attr]
             tel.misses += 1
@@ -296,4 +297,4 @@ def make_cached(
     w.lookup = lookup
     w.refresh = refresh
     w.with_options = with_options
-    return w  # type: ignore[no-any-return]
+    return w  # type: ignore[no-any-return,unused-ignore]

@@ -45,9 +45,9 @@ def run_demo(semantic: bool = True) -> int:
             return f"[{model}] answer to: {prompt}"
 
         try:
-            for asked, _ in QUESTIONS:
-                answer(asked, model="gpt-4o-mini")
-            for asked, paraphrase in QUESTIONS:
+            for question, _ in QUESTIONS:
+                answer(question, model="gpt-4o-mini")
+            for _, paraphrase in QUESTIONS:
                 r = answer.lookup(paraphrase, model="gpt-4o-mini")
                 shown = f"{r.similarity:.3f}" if r.similarity is not None else "-"
                 print(f"  {paraphrase!r}\n    -> {r.status.value} (similarity {shown})"

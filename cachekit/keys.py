@@ -35,6 +35,7 @@ class KeyError_(TypeError):
 _SCALARS = frozenset({int, float, str, bytes, bool, type(None)})
 _PACK_DOUBLE = struct.Struct(">d").pack
 _CANON_NAN = _PACK_DOUBLE(math.nan)
+_FLOAT_ONLY = {float}
 
 
 def _encode(obj: Any, out: bytearray) -> None:
@@ -55,27 +56,33 @@ def _encode(obj: Any, out: bytearray) -> None:
         b = bytes(obj)
         out += b"b%d:" % len(b) + b
     elif t is tuple or t is list:
-        out += (b"t" if t is tuple else b"l") + b"%d:" % len(obj)
+        n = len(obj)
+        if n and set(map(type, obj)) == _FLOAT_ONLY and all(x == x for x in obj):
+            # Feature vectors: one struct call instead of one recursion per element. The tag
+            # differs from the generic form, and which form applies depends only on the value.
+            out += (b"u" if t is tuple else b"v") + b"%d:" % n + struct.pack(f">{n}d", *obj)
+            return
+        out += (b"t" if t is tuple else b"l") + b"%d:" % n
         for item in obj:
             _encode(item, out)
     elif t is dict or isinstance(obj, Mapping):
         items = []
         for k, v in obj.items():
-            kb = bytearray()
-            _encode(k, kb)
-            vb = bytearray()
-            _encode(v, vb)
-            items.append((bytes(kb), bytes(vb)))
+            kbuf = bytearray()
+            _encode(k, kbuf)
+            vbuf = bytearray()
+            _encode(v, vbuf)
+            items.append((bytes(kbuf), bytes(vbuf)))
         items.sort()
         out += b"d%d:" % len(items)
-        for kb, vb in items:
-            out += kb + vb
+        for kbytes, vbytes in items:
+            out += kbytes + vbytes
     elif t is set or t is frozenset:
         parts = []
         for item in obj:
-            b = bytearray()
-            _encode(item, b)
-            parts.append(bytes(b))
+            buf = bytearray()
+            _encode(item, buf)
+            parts.append(bytes(buf))
         parts.sort()
         out += (b"S" if t is set else b"Z") + b"%d:" % len(parts) + b"".join(parts)
     elif isinstance(obj, enum.Enum):
@@ -129,7 +136,8 @@ def _encode(obj: Any, out: bytearray) -> None:
         # Subclasses of builtins (IntFlag aside, handled as Enum above) keep their own type name.
         out += b"X"
         _encode(f"{t.__module__}.{t.__qualname__}", out)
-        _encode((int if isinstance(obj, int) else float if isinstance(obj, float) else str)(obj), out)
+        base = int if isinstance(obj, int) else float if isinstance(obj, float) else str
+        _encode(base(obj), out)
     else:
         raise KeyError_(
             f"cannot build a cache key from an argument of type {t.__module__}.{t.__qualname__}; "
@@ -145,7 +153,7 @@ def stable_digest(obj: Any) -> str:
     return hashlib.blake2b(out, digest_size=16).hexdigest()
 
 
-def local_key(values: tuple[Any, ...]) -> Hashable | None:
+def local_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A hashable typed key for plain arguments, or ``None`` when the stable digest is needed."""
     types = tuple(map(type, values))
     if _SCALARS.issuperset(types):  # the common case, decided in C
@@ -210,7 +218,9 @@ class ArgNormalizer:
         try:
             bound = self._sig.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"arguments do not match the cached function's signature: {exc}") from exc
+            raise TypeError(
+                f"arguments do not match the cached function's signature: {exc}"
+            ) from exc
         bound.apply_defaults()
         values: list[Any] = []
         for name, param in self._sig.parameters.items():

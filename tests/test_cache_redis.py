@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from cachekit import Cache, Status
 
 ROOT = Path(__file__).resolve().parents[1]

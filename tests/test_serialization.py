@@ -54,7 +54,8 @@ def test_unserializable_value_raises_clear_error() -> None:
 
 def test_json_and_pickle_serializers() -> None:
     j = JsonSerializer()
-    assert decode_envelope(j, encode_envelope(j, Envelope({"a": [1]}, 1.0, 2.0))).value == {"a": [1]}
+    back = decode_envelope(j, encode_envelope(j, Envelope({"a": [1]}, 1.0, 2.0)))
+    assert back.value == {"a": [1]}
     p = PickleSerializer()
     assert decode_envelope(p, encode_envelope(p, Envelope(complex(1, 2), 1.0, 2.0))).value == 1 + 2j
     with pytest.raises(ValueError, match="unknown serializer"):

@@ -112,7 +112,8 @@ class MemoryStore(Generic[V]):
 
 
 class MemoryTier:
-    """The bytes :class:`~cachekit.protocols.StorageTier` over :class:`MemoryStore`, sync and async."""
+    """The bytes :class:`~cachekit.protocols.StorageTier` over :class:`MemoryStore`, sync and
+    async."""
 
     def __init__(
         self,
