@@ -8,6 +8,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from redis_servers import RedisServer  # noqa: E402
+from redis_servers import RedisServer
 
 __all__ = ["RedisServer"]

@@ -426,28 +426,6 @@ class Cache:
 
     # ------------------------------------------------------------------ batch lookups
 
-    def _l1_pass(self, keys: Sequence[CacheKey], now: float) -> tuple[list[_Found], list[int]]:
-        """Serve what L1 can; returns the results so far and the indexes still to look up."""
-        found = [_Found(Status.MISS) for _ in keys]
-        pending: list[int] = []
-        l1 = self.l1
-        if l1 is None:
-            return found, list(range(len(keys)))
-        t0 = time.perf_counter()
-        for i, key in enumerate(keys):
-            env = l1.get(key.local)
-            if env is not None and env.fresh(now):
-                found[i] = _Found(Status.HIT, env, "l1")
-                self._l1c.hits += 1
-                continue
-            self._l1c.misses += 1
-            if env is not None and env.servable_stale(now):
-                # Another process may have refreshed it in L2 already: look there first.
-                found[i] = _Found(Status.STALE, env, "l1")
-            pending.append(i)
-        self._l1c.latency.record(time.perf_counter() - t0)
-        return found, pending
-
     def _l2_merge(
         self,
         keys: Sequence[CacheKey],
@@ -504,30 +482,28 @@ class Cache:
                 tel.stale_hits += 1
 
     def _lookup_many(self, keys: Sequence[CacheKey]) -> list[_Found]:
-        now = self.clock()
-        self._check_version(now)
-        keys = self._current(keys)
-        found, pending = self._l1_pass(keys, now)
-        if pending and self.l2 is not None:
-            datas = self._l2_call(self.l2.get_many, [keys[i].remote for i in pending])
-            self._l2_merge(keys, found, pending, datas, now)
-        self._count(found)
-        return found
+        """What each key finds: one L1 pass, then one L2 round trip for the L1 misses."""
+        fresh, rest = self._lookup_many_lazy([k.local for k in keys], self._key_at(keys))
+        return self._merge_found(fresh, rest)
 
     async def _alookup_many(self, keys: Sequence[CacheKey]) -> list[_Found]:
-        now = self.clock()
-        await self._acheck_version(now)
-        keys = self._current(keys)
-        found, pending = self._l1_pass(keys, now)
-        if pending and self.l2 is not None:
-            datas = await self._al2_call(
-                self._async_l2().aget_many, [keys[i].remote for i in pending]
-            )
-            self._l2_merge(keys, found, pending, datas, now)
-        self._count(found)
-        return found
+        fresh, rest = await self._alookup_many_lazy(
+            [k.local for k in keys], self._key_at(keys)
+        )
+        return self._merge_found(fresh, rest)
 
-    # ------------------------------------------------------------------ large batch lookups
+    def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[int], CacheKey]:
+        # Called after the lookup's version check: a key built before a bump gets the new version.
+        return lambda i: self._current([keys[i]])[0]
+
+    @staticmethod
+    def _merge_found(
+        fresh: list[Envelope | None], rest: dict[int, tuple[CacheKey, _Found]]
+    ) -> list[_Found]:
+        return [
+            _Found(Status.HIT, env, "l1") if env is not None else rest[i][1]
+            for i, env in enumerate(fresh)
+        ]
 
     def _l1_pass_lazy(
         self, locals_: Sequence[Hashable], now: float
@@ -571,7 +547,8 @@ class Cache:
     def _lookup_many_lazy(
         self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
     ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, _Found]]]:
-        """:meth:`_lookup_many` for large batches that are mostly L1 hits (feature sets).
+        """The lookup behind every entry point, shaped for large batches that are mostly L1 hits
+        (feature sets).
 
         Entries are given by their local keys; ``key_of(i)`` builds the full key of entry ``i``
         and is called only for entries L1 cannot answer, and an L1 hit allocates nothing, since

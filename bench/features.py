@@ -1,0 +1,178 @@
+"""Benchmark FeatureSet.get_many(1000 ids) against a per-id Redis GET loop and the bare loader.
+
+Scenarios (each repetition uses fresh ids where a tier must miss, so every repetition sees the
+stated mix):
+
+* 100% L1 hits;
+* 90% L1 hits, the other 10% in Redis only (written by another Cache, as another replica would);
+* 90% L2 hits (empty L1), the other 10% loaded;
+* all misses: every id loaded and written back to both tiers.
+
+Baselines, measured in the same run and interleaved with the scenarios so that machine noise
+hits all of them alike: a loop of ``redis.get`` + msgpack decode per id against the same server
+(all 1000 keys present), and the loader called directly with the 1000 ids. The loader is a dict
+lookup with a simulated latency of ``--loader-ms`` per call plus ``--loader-us`` per id.
+
+It starts its own redis-server on a free port (never the one on :6379)::
+
+    python bench/features.py --reps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import msgpack  # noqa: E402
+import redis  # noqa: E402
+from redis_servers import RedisServer  # noqa: E402
+
+from cachekit import Cache  # noqa: E402
+
+N = 1000
+
+
+def features_of(i: int) -> dict[str, Any]:
+    return {"age": i % 90, "country": "de", "clicks_7d": i * 3, "ctr": 0.013 * (i % 7),
+            "emb": [0.001 * (i + k) for k in range(8)]}  # fmt: skip
+
+
+class Bench:
+    def __init__(self, url: str, loader_ms: float, loader_us: float) -> None:
+        self.loader_ms = loader_ms
+        self.loader_us = loader_us
+        self.next_id = 0
+        self.loader_calls = 0
+        self.store = {i: features_of(i) for i in range(200_000)}
+        opts: dict[str, Any] = dict(redis_url=url, namespace="bench", l1_max_entries=200_000,
+                                    l1_max_bytes=1 << 30, default_ttl=3600)  # fmt: skip
+        self.reader = Cache(**opts)
+        self.writer = Cache(**opts)  # another replica: fills Redis, not the reader's L1
+        self.users = self.reader.features("user", loader=self.load, ttl=3600, version=1)
+        self.wusers = self.writer.features("user", loader=self.load, ttl=3600, version=1)
+        self.hot = self.fresh(N)
+        self.users.prime({i: self.store[i] for i in self.hot})  # reader L1 (and Redis)
+        self.redis = redis.Redis.from_url(url)
+        self.hot_keys = [self.users.cache_key(i) for i in self.hot]
+        self.loop = asyncio.new_event_loop()
+
+    def load(self, ids: list[int]) -> dict[int, Any]:
+        self.loader_calls += 1
+        time.sleep(self.loader_ms / 1e3 + self.loader_us / 1e6 * len(ids))
+        store = self.store
+        return {i: store[i] for i in ids if i in store}
+
+    def fresh(self, n: int) -> list[int]:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        return ids
+
+    def in_l2_only(self, n: int) -> list[int]:
+        ids = self.fresh(n)
+        self.wusers.prime({i: self.store[i] for i in ids})
+        return ids
+
+    def mixed(self, first: list[int], second: list[int]) -> list[int]:
+        ids = first + second
+        random.shuffle(ids)
+        return ids
+
+    # Each scenario prepares its ids and returns the call to time.
+    def s_all_l1(self) -> Callable[[], Any]:
+        ids = list(self.hot)
+        return lambda: self.users.get_many(ids)
+
+    def s_l1_90(self) -> Callable[[], Any]:
+        ids = self.mixed(self.hot[: N * 9 // 10], self.in_l2_only(N // 10))
+        return lambda: self.users.get_many(ids)
+
+    def s_l2_90(self) -> Callable[[], Any]:
+        ids = self.mixed(self.in_l2_only(N * 9 // 10), self.fresh(N // 10))
+        return lambda: self.users.get_many(ids)
+
+    def s_miss(self) -> Callable[[], Any]:
+        ids = self.fresh(N)
+        return lambda: self.users.get_many(ids)
+
+    def s_async_l1_90(self) -> Callable[[], Any]:
+        ids = self.mixed(self.hot[: N * 9 // 10], self.in_l2_only(N // 10))
+        return lambda: self.loop.run_until_complete(self.users.aget_many(ids))
+
+    def b_get_loop(self) -> Callable[[], Any]:
+        get, keys = self.redis.get, self.hot_keys
+
+        def run() -> list[Any]:
+            return [msgpack.unpackb(get(k)[1:], raw=False, strict_map_key=False) for k in keys]
+
+        return run
+
+    def b_loader(self) -> Callable[[], Any]:
+        ids = self.fresh(N)
+        return lambda: self.load(ids)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--loader-ms", type=float, default=2.0)
+    ap.add_argument("--loader-us", type=float, default=5.0)
+    args = ap.parse_args()
+
+    server = RedisServer().start()
+    try:
+        b = Bench(server.url, args.loader_ms, args.loader_us)
+        scenarios: list[tuple[str, Callable[[], Callable[[], Any]]]] = [
+            ("get_many, 100% L1 hits", b.s_all_l1),
+            ("get_many, 90% L1 hits + 10% L2", b.s_l1_90),
+            ("aget_many, 90% L1 hits + 10% L2", b.s_async_l1_90),
+            ("get_many, 90% L2 hits + 10% loaded", b.s_l2_90),
+            ("get_many, all misses (loaded)", b.s_miss),
+            ("baseline: per-id GET loop", b.b_get_loop),
+            ("baseline: loader called directly", b.b_loader),
+        ]
+        times: dict[str, list[float]] = {name: [] for name, _ in scenarios}
+        for _, setup in scenarios:  # warm-up: connections, code paths
+            setup()()
+        for _ in range(args.reps):
+            for name, setup in scenarios:
+                call = setup()
+                t0 = time.perf_counter()
+                out = call()
+                times[name].append(time.perf_counter() - t0)
+                if name.startswith(("get_many", "aget_many")):
+                    assert len(out) == N and not out.failed, name
+        b.loop.close()
+
+        med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+        loop_ms = med["baseline: per-id GET loop"]
+        loader_ms = med["baseline: loader called directly"]
+        print(f"get_many of {N} ids, {args.reps} reps, medians; loader = "
+              f"{args.loader_ms:g} ms + {args.loader_us:g} us/id (time.sleep), "
+              f"redis-server on loopback")  # fmt: skip
+        print()
+        print("| scenario | median ms | p90 ms | vs per-id GET loop | vs loader directly |")
+        print("|---|---:|---:|---:|---:|")
+        for name, ts in times.items():
+            ms = med[name]
+            p90 = statistics.quantiles(ts, n=10)[-1] * 1e3 if len(ts) >= 2 else ms
+            print(f"| {name} | {ms:.3f} | {p90:.3f} | {loop_ms / ms:.1f}x faster | "
+                  f"{loader_ms / ms:.2f}x |")  # fmt: skip
+        b.reader.close()
+        b.writer.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,705 @@
+"""Feature sets: batch multi-get of entity features in front of any feature source.
+
+``cache.features("user", loader=load_users, ttl=60, version=3)`` returns a :class:`FeatureSet`.
+``get_many(ids)`` answers what it can from L1, then looks the rest up in L2 in one round trip,
+then calls the loader once for what is still missing; every tier, TTL, fail-open and
+serialization rule is the cache's (:meth:`cachekit.Cache._lookup_many_lazy` and friends). What
+this module adds is the translation between entity ids and cache keys, the loader contract,
+negative entries for ids the loader does not know, and sharing of in-flight loads per id between
+overlapping requests.
+
+Loader contract
+---------------
+``loader(ids: list) -> Mapping[id, features]``, sync or async, called with distinct ids only.
+
+* An id present in the mapping is cached with its features (``None`` is a valid value).
+* An id absent from the mapping does not exist: it is cached as *absent* for ``negative_ttl``
+  seconds and left out of the result.
+* Ids the loader could not load (a shard timed out, ...) are reported, not cached: return
+  ``FeatureResult(found={...}, failed={id: exception})`` or raise
+  ``PartialLoadError(found, failed)``. They are left out of the result and listed in the
+  result's :attr:`FeatureBatch.failed`; the next request loads them again.
+* Any other exception from the loader propagates to the caller (to every caller waiting on that
+  load); nothing is cached for the ids of that call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cachekit.cache import CacheKey, Status, StoreItem
+from cachekit.keys import stable_digest
+from cachekit.telemetry import LatencyHistogram
+
+if TYPE_CHECKING:
+    from cachekit.cache import Cache, _Found
+    from cachekit.serialization import Envelope
+
+__all__ = ["FeatureBatch", "FeatureResult", "FeatureSet", "PartialLoadError"]
+
+log = logging.getLogger("cachekit.features")
+
+#: Envelope ``version`` of a negative entry; positive entries carry ``None`` there, so a cached
+#: ``None`` feature value and "this entity does not exist" stay distinguishable.
+NEGATIVE_MARK = "ck:absent"
+
+_ABSENT: Any = object()  # outcome: the loader does not know this id (or a negative entry hit)
+_BAD_NAME_CHARS = frozenset(":@{} \t\n")
+
+
+@dataclass(frozen=True)
+class FeatureResult:
+    """What a loader may return instead of a plain mapping, to report ids it failed to load.
+
+    ``found``: id -> features. ``failed``: id -> the exception (or reason) for ids that could not
+    be loaded this time; they are not cached. Ids in neither do not exist (negative cache)."""
+
+    found: Mapping[Any, Any]
+    failed: Mapping[Any, Any] = field(default_factory=dict)
+
+
+class PartialLoadError(Exception):
+    """A loader may raise this to return what it could: same meaning as :class:`FeatureResult`."""
+
+    def __init__(self, found: Mapping[Any, Any], failed: Mapping[Any, Any]) -> None:
+        super().__init__(f"{len(failed)} ids failed to load")
+        self.found = found
+        self.failed = failed
+
+
+class FeatureBatch(dict[Any, Any]):
+    """The result of :meth:`FeatureSet.get_many`: ``{id: features}`` in request order (first
+    occurrence of each id), without the ids that do not exist or failed to load. ``failed`` maps
+    each id whose load failed in this request to its exception."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.failed: dict[Any, Any] = {}
+
+
+@dataclass(slots=True)
+class _Counters:
+    requested: int = 0
+    unique: int = 0
+    l1: int = 0
+    l2: int = 0
+    stale: int = 0
+    loaded: int = 0
+    negative_hits: int = 0
+    negative_stored: int = 0
+    failed: int = 0
+    shared: int = 0
+    loader_calls: int = 0
+    loader_errors: int = 0
+
+
+class _FeatureStats:
+    """The telemetry section ``features:<name>``. Shared by every FeatureSet of that name on one
+    cache (a version bump makes a new FeatureSet, not a new series)."""
+
+    def __init__(self) -> None:
+        self.c = _Counters()
+        self.latency = LatencyHistogram()
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = asdict(self.c)
+        lat = self.latency.summary()
+        out["latency_ms"] = {
+            "count": lat.count, "p50": lat.p50_ms, "p95": lat.p95_ms, "p99": lat.p99_ms,
+            "max": lat.max_ms,
+        }  # fmt: skip
+        return out
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Any) -> None:
+        self.error = error
+
+
+class _Flight:
+    """One loader call in progress (thread form): who waits on it reads ``outcomes``."""
+
+    __slots__ = ("done", "error", "outcomes")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.outcomes: dict[Hashable, Any] = {}
+        self.error: BaseException | None = None
+
+
+# One entity to load: (local key, id, full cache key).
+_Item = tuple[Hashable, Any, CacheKey]
+
+
+class FeatureSet:
+    """Cached features of one kind of entity (users, items ...). Create with
+    :meth:`cachekit.Cache.features`.
+
+    ``loader``: see the module docs for the contract. ``ttl``: seconds an entry is fresh
+    (``None``: the cache's ``default_ttl``). ``version``: the feature schema version, part of
+    every key, so bumping it retires every old entry. ``negative_ttl``: seconds an id the loader
+    did not return is remembered as absent (``0`` or ``None``: not remembered). ``stale_ttl``:
+    seconds after expiry during which the old features are served while one background load
+    refreshes them. ``jitter``: fraction of the TTL removed at random per entry so a batch loaded
+    together does not expire together. ``max_batch``: most ids per loader call (``None``: one
+    call for everything missing).
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        name: str,
+        *,
+        loader: Callable[[list[Any]], Any],
+        ttl: float | None = None,
+        version: int | str = 1,
+        negative_ttl: float | None = 30.0,
+        stale_ttl: float = 0.0,
+        jitter: float = 0.1,
+        max_batch: int | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
+            raise ValueError(
+                "feature set name must be a non-empty string without : @ { } or spaces"
+            )
+        if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
+            raise ValueError("version must be an int or a string without : @ { } or spaces")
+        if not callable(loader):
+            raise TypeError("loader must be callable: loader(ids: list) -> dict[id, features]")
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl must be positive or None, got {ttl!r}")
+        if negative_ttl is not None and negative_ttl < 0:
+            raise ValueError(f"negative_ttl must be >= 0 or None, got {negative_ttl!r}")
+        if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
+            raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
+        if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
+            raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
+        self.cache = cache
+        self.name = name
+        self.version = version
+        self.loader = loader
+        self.ttl = ttl
+        self.negative_ttl = negative_ttl or None
+        self.stale_ttl = float(stale_ttl)
+        self.jitter = jitter
+        self.max_batch = max_batch
+        self._loader_name = getattr(loader, "__qualname__", None) or repr(loader)
+        self._loader_is_async = inspect.iscoroutinefunction(loader)
+
+        self._kname = f"{name}@v{version}"
+        # Local keys are (token, id) with one token per id type, so 1 and "1" never share an
+        # entry; ids of other types are keyed by their typed stable digest.
+        base = f"feat\x00{self._kname}\x00"
+        self._tok_int = base + "i"
+        self._tok_str = base + "s"
+        self._tok_digest = base + "h"
+        self._toks: dict[type, str] = {int: self._tok_int, str: self._tok_str}
+
+        self._lock = threading.Lock()
+        self._flights: dict[Hashable, _Flight] = {}
+        self._aflights: dict[tuple[int, Hashable], asyncio.Future[dict[Hashable, Any]]] = {}
+        self._refreshing: set[Hashable] = set()
+
+        section = f"features:{name}"
+        stats = cache._telemetry.sections.get(section)
+        if not isinstance(stats, _FeatureStats):
+            stats = _FeatureStats()
+            cache._telemetry.sections[section] = stats
+        self._stats = stats
+        self._c = stats.c
+
+    def __repr__(self) -> str:
+        return f"FeatureSet({self._kname!r}, loader={self._loader_name})"
+
+    # ------------------------------------------------------------------ keys
+
+    def _local_keys(self, ids: list[Any]) -> list[Hashable]:
+        types = set(map(type, ids))
+        if len(types) == 1:
+            tok = self._toks.get(next(iter(types)))
+            if tok is not None:  # the common case: all ints or all strings
+                return [(tok, i) for i in ids]
+        toks = self._toks
+        out: list[Hashable] = []
+        for i in ids:
+            tok = toks.get(type(i))
+            out.append((tok, i) if tok is not None else (self._tok_digest, self._digest(i)))
+        return out
+
+    def _digest(self, entity_id: Any) -> str:
+        try:
+            hash(entity_id)
+        except TypeError:
+            raise TypeError(
+                f"feature set {self.name!r}: ids must be hashable, got "
+                f"{type(entity_id).__qualname__} {entity_id!r:.60}"
+            ) from None
+        try:
+            return stable_digest(entity_id)
+        except TypeError as exc:
+            raise TypeError(f"feature set {self.name!r}: cannot key id {entity_id!r:.60}: "
+                            f"{exc}") from None
+
+    def _key(self, local: Hashable, entity_id: Any) -> CacheKey:
+        tok: str
+        val: Any
+        tok, val = local  # type: ignore[misc]
+        if tok is self._tok_int:
+            part = f"i{val}"
+        elif tok is self._tok_str and len(val) <= 100 and val.isascii() and val.isprintable() \
+                and "{" not in val and "}" not in val:
+            # readable in redis-cli; braces would act as a cluster hash tag
+            part = "s" + val
+        elif tok is self._tok_digest:
+            part = "h" + val
+        else:
+            part = "h" + stable_digest(entity_id)
+        return self.cache.make_key("feat", self._kname, part, local)
+
+    def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
+        """Validated distinct ids in request order, their local keys, and the request size."""
+        if isinstance(ids, str | bytes):
+            raise TypeError(f"feature set {self.name!r}: pass a list of ids, not one "
+                            f"{type(ids).__name__}")
+        try:
+            seq = list(ids)
+        except TypeError:
+            raise TypeError(f"feature set {self.name!r}: ids must be an iterable of ids, got "
+                            f"{type(ids).__qualname__}") from None
+        locals_ = self._local_keys(seq)
+        distinct = dict(zip(locals_, seq, strict=True))  # typed dedupe, first occurrence order
+        if len(distinct) == len(seq):
+            return seq, locals_, len(seq)
+        return list(distinct.values()), list(distinct), len(seq)
+
+    def cache_key(self, entity_id: Any) -> str:
+        """The shared-tier key of ``entity_id`` (for debugging)."""
+        local = self._local_keys([entity_id])[0]
+        return self._key(local, entity_id).remote
+
+    # ------------------------------------------------------------------ read path
+
+    def _classify(
+        self,
+        uids: list[Any],
+        locals_: list[Hashable],
+        fresh: list[Envelope | None],
+        rest: dict[int, tuple[CacheKey, _Found]],
+    ) -> tuple[list[Any], list[int], list[int], list[_Item], list[_Item]]:
+        """Values by index, the indexes known absent, the indexes to load and their items, and
+        the items to refresh."""
+        vals: list[Any] = [None] * len(fresh)
+        absent: list[int] = []
+        for i, env in enumerate(fresh):
+            if env is not None:
+                if env.version is None:
+                    vals[i] = env.value
+                else:
+                    vals[i] = _ABSENT
+                    absent.append(i)
+        need_idx: list[int] = []
+        need: list[_Item] = []
+        stale: list[_Item] = []
+        l2 = n_stale = 0
+        for i, (key, found) in rest.items():
+            env = found.env
+            if env is not None and env.version is not None and found.status is Status.HIT:
+                vals[i] = _ABSENT
+                absent.append(i)
+                l2 += 1
+            elif env is not None and env.version is None and found.status is Status.HIT:
+                vals[i] = env.value
+                l2 += 1
+            elif env is not None and env.version is None and found.status is Status.STALE:
+                vals[i] = env.value
+                n_stale += 1
+                stale.append((locals_[i], uids[i], key))
+            else:
+                need_idx.append(i)
+                need.append((locals_[i], uids[i], key))
+        c = self._c
+        c.l1 += len(fresh) - len(rest)
+        c.l2 += l2
+        c.stale += n_stale
+        c.negative_hits += len(absent)
+        return vals, absent, need_idx, need, stale
+
+    def _finish(
+        self,
+        uids: list[Any],
+        locals_: list[Hashable],
+        vals: list[Any],
+        absent: list[int],
+        need_idx: list[int],
+        outcomes: dict[Hashable, Any],
+        t0: float,
+    ) -> FeatureBatch:
+        failed: dict[Any, Any] = {}
+        for i in need_idx:
+            out = outcomes.get(locals_[i], _ABSENT)
+            if type(out) is _Failure:
+                failed[uids[i]] = out.error
+                out = _ABSENT
+            vals[i] = out
+        batch = FeatureBatch(zip(uids, vals, strict=True))
+        if len(batch) != len(vals):
+            # ids equal under == but of different types (1, 1.0, True) share a dict slot
+            batch = FeatureBatch(
+                (u, v) for u, v in zip(uids, vals, strict=True) if v is not _ABSENT
+            )
+        elif absent or failed or need_idx:
+            for i in absent:
+                del batch[uids[i]]
+            for i in need_idx:
+                if vals[i] is _ABSENT:
+                    del batch[uids[i]]
+        batch.failed = failed
+        self._c.failed += len(failed)
+        self._stats.latency.record(time.perf_counter() - t0)
+        return batch
+
+    def get_many(self, ids: Iterable[Any]) -> FeatureBatch:
+        """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
+        out (failed ones listed in ``.failed``). One L1 pass, one L2 round trip for the L1
+        misses, one loader call for what is left (waiting on loads already in flight)."""
+        t0 = time.perf_counter()
+        uids, locals_, n = self._request(ids)
+        c = self._c
+        c.requested += n
+        c.unique += len(uids)
+        if not uids:
+            return FeatureBatch()
+        fresh, rest = self.cache._lookup_many_lazy(
+            locals_, lambda i: self._key(locals_[i], uids[i])
+        )
+        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
+        if stale:
+            self._refresh(stale)
+        outcomes = self._load(need) if need else {}
+        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+
+    async def aget_many(self, ids: Iterable[Any]) -> FeatureBatch:
+        """The asyncio form of :meth:`get_many`."""
+        t0 = time.perf_counter()
+        uids, locals_, n = self._request(ids)
+        c = self._c
+        c.requested += n
+        c.unique += len(uids)
+        if not uids:
+            return FeatureBatch()
+        fresh, rest = await self.cache._alookup_many_lazy(
+            locals_, lambda i: self._key(locals_[i], uids[i])
+        )
+        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
+        if stale:
+            self._arefresh(stale)
+        outcomes = await self._aload(need) if need else {}
+        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+
+    def get(self, entity_id: Any, default: Any = None) -> Any:
+        """Features of one entity, or ``default`` when it does not exist or failed to load."""
+        return self.get_many([entity_id]).get(entity_id, default)
+
+    async def aget(self, entity_id: Any, default: Any = None) -> Any:
+        return (await self.aget_many([entity_id])).get(entity_id, default)
+
+    # ------------------------------------------------------------------ loading
+
+    def _split(self, items: list[_Item]) -> list[list[_Item]]:
+        m = self.max_batch
+        if m is None or len(items) <= m:
+            return [items]
+        return [items[k:k + m] for k in range(0, len(items), m)]
+
+    def _interpret(self, result: Any) -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
+        if isinstance(result, FeatureResult):
+            return result.found, result.failed
+        if isinstance(result, Mapping):
+            return result, {}
+        raise TypeError(
+            f"feature loader {self._loader_name} must return a dict of id -> features "
+            f"(or a FeatureResult), got {type(result).__qualname__}"
+        )
+
+    def _outcomes(
+        self, chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
+    ) -> tuple[dict[Hashable, Any], list[StoreItem]]:
+        """Per-id outcomes of one loader call and the entries to store for them."""
+        resolve = self.cache._resolve_ttl
+        outcomes: dict[Hashable, Any] = {}
+        store: list[StoreItem] = []
+        loaded = absent = 0
+        for lk, entity_id, key in chunk:
+            if failed and entity_id in failed:
+                outcomes[lk] = _Failure(failed[entity_id])
+            elif entity_id in found:
+                value = found[entity_id]
+                outcomes[lk] = value
+                store.append((key, value, resolve(self.ttl, self.jitter), self.stale_ttl, None))
+                loaded += 1
+            else:
+                outcomes[lk] = _ABSENT
+                absent += 1
+                if self.negative_ttl is not None:
+                    store.append((key, None, resolve(self.negative_ttl, self.jitter), 0.0,
+                                  NEGATIVE_MARK))
+        if found and not loaded:
+            log.warning("cachekit: feature loader %s returned %d ids, none of them requested "
+                        "(ids of another type?)", self._loader_name, len(found))
+        c = self._c
+        c.loaded += loaded
+        c.negative_stored += absent
+        self.cache._telemetry.misses += len(chunk)
+        return outcomes, store
+
+    def _call_loader(self, ids: list[Any]) -> Any:
+        result = self.loader(ids)
+        if inspect.isawaitable(result):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(_as_coroutine(result))
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"feature loader {self._loader_name} is async: call aget_many() "
+                            "inside an event loop")
+        return result
+
+    async def _acall_loader(self, ids: list[Any]) -> Any:
+        if self._loader_is_async:
+            result = self.loader(ids)
+        else:
+            # A sync loader is slow I/O by nature: keep it off the event loop.
+            result = await asyncio.to_thread(self.loader, ids)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _load_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
+        ids = [entity_id for _, entity_id, _ in chunk]
+        c = self._c
+        c.loader_calls += 1
+        t0 = time.perf_counter()
+        try:
+            found, failed = self._interpret(self._call_loader(ids))
+        except PartialLoadError as exc:
+            found, failed = exc.found, exc.failed
+        except BaseException:
+            c.loader_errors += 1
+            raise
+        finally:
+            self.cache._telemetry.compute.record(time.perf_counter() - t0)
+        outcomes, store = self._outcomes(chunk, found, failed)
+        if store:
+            self.cache._store_many(store)
+        return outcomes
+
+    async def _aload_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
+        ids = [entity_id for _, entity_id, _ in chunk]
+        c = self._c
+        c.loader_calls += 1
+        t0 = time.perf_counter()
+        try:
+            found, failed = self._interpret(await self._acall_loader(ids))
+        except PartialLoadError as exc:
+            found, failed = exc.found, exc.failed
+        except BaseException:
+            c.loader_errors += 1
+            raise
+        finally:
+            self.cache._telemetry.compute.record(time.perf_counter() - t0)
+        outcomes, store = self._outcomes(chunk, found, failed)
+        if store:
+            await self.cache._astore_many(store)
+        return outcomes
+
+    def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
+        """Load ``items``: the ids no other thread is loading with one loader call, then wait
+        for the others' loads. Outcomes by local key."""
+        flight = _Flight()
+        mine: list[_Item] = []
+        waits: dict[Hashable, _Flight] = {}
+        with self._lock:
+            flights = self._flights
+            for item in items:
+                other = flights.get(item[0])
+                if other is None:
+                    flights[item[0]] = flight
+                    mine.append(item)
+                else:
+                    waits[item[0]] = other
+        if waits:
+            self._c.shared += len(waits)
+            self.cache._telemetry.singleflight_waits += len(waits)
+        own: dict[Hashable, Any] = {}
+        if mine:
+            try:
+                for chunk in self._split(mine):
+                    own.update(self._load_chunk(chunk))
+                flight.outcomes = own
+            except BaseException as exc:
+                flight.error = exc
+                raise
+            finally:
+                with self._lock:
+                    for lk, _, _ in mine:
+                        if flights.get(lk) is flight:
+                            del flights[lk]
+                flight.done.set()
+        if not waits:
+            return own
+        outcomes = dict(own)
+        for lk, other in waits.items():
+            other.done.wait()
+            if other.error is not None:
+                raise other.error
+            outcomes[lk] = other.outcomes.get(lk, _ABSENT)
+        return outcomes
+
+    async def _aload(self, items: list[_Item]) -> dict[Hashable, Any]:
+        loop = asyncio.get_running_loop()
+        lid = id(loop)
+        fut: asyncio.Future[dict[Hashable, Any]] = loop.create_future()
+        mine: list[_Item] = []
+        waits: dict[Hashable, asyncio.Future[dict[Hashable, Any]]] = {}
+        flights = self._aflights
+        for item in items:  # no await in this loop: atomic with respect to this loop's tasks
+            other = flights.get((lid, item[0]))
+            if other is None:
+                flights[(lid, item[0])] = fut
+                mine.append(item)
+            else:
+                waits[item[0]] = other
+        if waits:
+            self._c.shared += len(waits)
+            self.cache._telemetry.singleflight_waits += len(waits)
+        own: dict[Hashable, Any] = {}
+        if mine:
+            try:
+                for chunk in self._split(mine):
+                    own.update(await self._aload_chunk(chunk))
+            except asyncio.CancelledError:
+                fut.cancel()
+                raise
+            except BaseException as exc:
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: no "exception never retrieved" when none waits
+                raise
+            else:
+                fut.set_result(own)
+            finally:
+                for lk, _, _ in mine:
+                    if flights.get((lid, lk)) is fut:
+                        del flights[(lid, lk)]
+        if not waits:
+            return own
+        outcomes = dict(own)
+        orphans: list[_Item] = []
+        by_lk = {item[0]: item for item in items}
+        for lk, other in waits.items():
+            try:
+                outcomes[lk] = (await asyncio.shield(other)).get(lk, _ABSENT)
+            except asyncio.CancelledError:
+                if not other.cancelled():
+                    raise
+                orphans.append(by_lk[lk])  # its leader was cancelled, not us: load it
+        if orphans:
+            outcomes.update(await self._aload(orphans))
+        return outcomes
+
+    # ------------------------------------------------------------------ stale-while-revalidate
+
+    def _claim_refresh(self, stale: list[_Item]) -> list[_Item]:
+        with self._lock:
+            todo = [item for item in stale if item[0] not in self._refreshing]
+            self._refreshing.update(item[0] for item in todo)
+        return todo
+
+    def _release_refresh(self, todo: list[_Item]) -> None:
+        with self._lock:
+            self._refreshing.difference_update(item[0] for item in todo)
+
+    def _refresh(self, stale: list[_Item]) -> None:
+        todo = self._claim_refresh(stale)
+        if not todo:
+            return
+
+        def work() -> None:
+            try:
+                self._load(todo)
+            finally:
+                self._release_refresh(todo)
+
+        if not self.cache._refresh_in_background(("feat", self._kname, id(todo)), work):
+            self._release_refresh(todo)
+
+    def _arefresh(self, stale: list[_Item]) -> None:
+        todo = self._claim_refresh(stale)
+        if not todo:
+            return
+
+        async def work() -> None:
+            try:
+                await self._aload(todo)
+            finally:
+                self._release_refresh(todo)
+
+        if not self.cache._arefresh_in_background(("feat", self._kname, id(todo)), work):
+            self._release_refresh(todo)
+
+    # ------------------------------------------------------------------ writes
+
+    def _keys(self, ids: Iterable[Any]) -> list[CacheKey]:
+        uids, locals_, _ = self._request(ids)
+        return [self._key(lk, i) for lk, i in zip(locals_, uids, strict=True)]
+
+    def _prime_items(self, features: Mapping[Any, Any]) -> list[StoreItem]:
+        if not isinstance(features, Mapping):
+            raise TypeError(f"prime() takes a dict of id -> features, got "
+                            f"{type(features).__qualname__}")
+        entity_ids = list(features)
+        locals_ = self._local_keys(entity_ids)
+        keys = [self._key(lk, i) for lk, i in zip(locals_, entity_ids, strict=True)]
+        resolve = self.cache._resolve_ttl
+        return [
+            (k, v, resolve(self.ttl, self.jitter), self.stale_ttl, None)
+            for k, v in zip(keys, features.values(), strict=True)
+        ]
+
+    def invalidate(self, ids: Iterable[Any]) -> None:
+        """Forget ``ids`` in every tier (positive and negative entries alike)."""
+        keys = self._keys(ids)
+        if keys:
+            self.cache._delete_many(keys)
+
+    async def ainvalidate(self, ids: Iterable[Any]) -> None:
+        keys = self._keys(ids)
+        if keys:
+            await self.cache._adelete_many(keys)
+
+    def prime(self, features: Mapping[Any, Any]) -> int:
+        """Store ``{id: features}`` as if the loader had returned them; returns how many could
+        be stored."""
+        return sum(self.cache._store_many(self._prime_items(features)))
+
+    async def aprime(self, features: Mapping[Any, Any]) -> int:
+        return sum(await self.cache._astore_many(self._prime_items(features)))
+
+    def stats(self) -> dict[str, Any]:
+        """This feature set's telemetry section (also in ``cache.stats().extra``)."""
+        return self._stats()
+
+
+async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
