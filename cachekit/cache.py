@@ -175,6 +175,7 @@ class Cache:
         self._refreshing: set[Hashable] = set()
         self._refresh_lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closers: list[Callable[[], None]] = []
         self._last_warning = 0.0
 
     # ------------------------------------------------------------------ public surface
@@ -289,7 +290,19 @@ class Cache:
     def version(self) -> int:
         return self._version
 
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the cache closes: entry points with background work (the semantic
+        tier's batcher and Redis sync threads) register their shutdown here."""
+        self._closers.append(fn)
+
     def close(self) -> None:
+        """Stop background work and release connections. Idempotent."""
+        closers, self._closers = self._closers, []
+        for fn in closers:
+            try:
+                fn()
+            except Exception:
+                log.warning("cachekit: error while closing", exc_info=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

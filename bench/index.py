@@ -1,0 +1,186 @@
+"""Benchmark FaissIndex: exact (flat) vs approximate (HNSW) build time, search latency, recall@1.
+
+Data: ``--data model`` (default) embeds a few thousand template-generated questions with the
+packaged all-MiniLM-L6-v2 (ONNX) as cluster centres; stored vectors are centre + Gaussian noise
+(renormalised, pairwise cosine ~0.85 inside a cluster, like paraphrases), and queries are stored
+vectors + smaller noise (cosine ~0.97 to their source: near-duplicate cache lookups).
+``--data random`` uses random unit vectors as centres instead (no model needed).
+Recall@1 is the fraction of queries whose HNSW top-1 id equals the exact top-1 id.
+
+Examples::
+
+    python bench/index.py --sizes 10k,100k
+    python bench/index.py --sizes 1m --queries 200
+    python bench/index.py --crossover            # flat vs HNSW batch-1 p50 at small sizes
+    python bench/index.py --sizes 100k --efc 40,80,200 --ef 16,32,64,128
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from cachekit.semantic.index import FaissIndex  # noqa: E402
+
+DIM = 384
+STORE_NOISE = 0.0215  # per-dim std; |noise| ~ 0.42 -> cosine between cluster members ~0.85
+QUERY_NOISE = 0.0125  # |noise| ~ 0.25 -> cosine to the source vector ~0.97
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    mult = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
+    return int(float(text.rstrip("km")) * mult)
+
+
+def template_texts(n: int) -> list[str]:
+    subjects = ["password", "account", "invoice", "order", "subscription", "refund", "laptop",
+                "phone", "router", "printer", "api key", "database", "email", "profile photo",
+                "shipping address", "credit card", "license", "calendar", "backup", "vpn"]
+    verbs = ["reset", "change", "cancel", "update", "delete", "recover", "export", "share",
+             "verify", "renew", "configure", "download"]
+    frames = ["How do I {v} my {s}?", "What is the fastest way to {v} the {s}",
+              "I can't {v} my {s}, please help", "Steps to {v} a {s} on mobile",
+              "Is it possible to {v} my {s} without support?", "why does {v} {s} fail"]
+    combos = itertools.product(frames, verbs, subjects)
+    return [f.format(v=v, s=s) for f, v, s in itertools.islice(combos, n)]
+
+
+def centres(kind: str, count: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "random":
+        x = rng.standard_normal((count, DIM)).astype(np.float32)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+    cache = Path(os.environ.get("TMPDIR", "/tmp")) / f"cachekit_bench_centres_{count}.npy"
+    if cache.exists():
+        return np.load(cache)
+    from cachekit.semantic.embedder import SentenceTransformerEmbedder
+
+    emb = SentenceTransformerEmbedder(backend="onnx")
+    t0 = time.perf_counter()
+    out = emb.embed(template_texts(count))
+    print(f"# embedded {len(out)} texts in {time.perf_counter() - t0:.1f}s (cached in {cache})")
+    np.save(cache, out)
+    return out
+
+
+def perturb(base: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    out = base + rng.standard_normal(base.shape, dtype=np.float32) * np.float32(sigma)
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+def make_data(n: int, nq: int, kind: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    c = centres(kind, 1440, rng)
+    stored = np.empty((n, DIM), dtype=np.float32)
+    step = 100_000
+    for lo in range(0, n, step):  # chunked so 1M does not need a second full-size temporary
+        hi = min(n, lo + step)
+        stored[lo:hi] = perturb(c[rng.integers(0, len(c), hi - lo)], STORE_NOISE, rng)
+    queries = perturb(stored[rng.integers(0, n, nq)], QUERY_NOISE, rng)
+    return stored, queries
+
+
+def latencies(index: FaissIndex, queries: np.ndarray, batch: int, reps: int) -> list[float]:
+    times = []
+    nb = max(1, len(queries) // batch)
+    for r in range(reps):
+        lo = (r % nb) * batch
+        q = queries[lo : lo + batch]
+        t0 = time.perf_counter()
+        index.search(q, 10)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def pct(xs: list[float], p: float) -> float:
+    return float(np.percentile(xs, p))
+
+
+def build(n: int, stored: np.ndarray, exact: bool, efc: int, m: int) -> tuple[FaissIndex, float]:
+    index = FaissIndex(DIM, exact_max=n if exact else 0, hnsw_m=m, ef_construction=max(efc, 1))
+    ids = np.arange(n, dtype=np.int64)
+    t0 = time.perf_counter()
+    index.add(ids, stored)
+    return index, time.perf_counter() - t0
+
+
+def run_size(n: int, args: argparse.Namespace) -> None:
+    stored, queries = make_data(n, args.queries, args.data)
+    reps1 = args.reps if n < 500_000 else max(50, args.reps // 4)
+    flat, t_flat = build(n, stored, True, 0, args.m)
+    f1 = latencies(flat, queries, 1, reps1)
+    f32 = latencies(flat, queries, 32, max(20, reps1 // 8))
+    _, truth = flat.search(queries, 1)
+    del flat
+    print(f"\nN={n:,}  data={args.data}  queries={len(queries)}")
+    print(f"  exact  build {t_flat:7.2f}s | batch1 p50 {statistics.median(f1):7.3f} ms "
+          f"p99 {pct(f1, 99):7.3f} | batch32 p50 {statistics.median(f32):7.2f} ms "
+          f"p99 {pct(f32, 99):7.2f}")
+    for efc in args.efc:
+        hnsw, t_h = build(n, stored, False, efc, args.m)
+        assert hnsw.mode == "hnsw"
+        for ef in args.ef:
+            hnsw.ef_search = ef
+            h1 = latencies(hnsw, queries, 1, args.reps)
+            h32 = latencies(hnsw, queries, 32, max(20, args.reps // 8))
+            _, got = hnsw.search(queries, 1)
+            recall = float((got[:, 0] == truth[:, 0]).mean())
+            print(f"  hnsw M={args.m} efC={efc:3d} ef={ef:3d} build {t_h:7.2f}s | batch1 p50 "
+                  f"{statistics.median(h1):7.3f} ms p99 {pct(h1, 99):7.3f} | batch32 p50 "
+                  f"{statistics.median(h32):7.2f} ms p99 {pct(h32, 99):7.2f} | "
+                  f"recall@1 {recall:.4f} | batch1 speed-up x{statistics.median(f1) / statistics.median(h1):.1f}")
+        del hnsw
+
+
+def crossover(args: argparse.Namespace) -> None:
+    print("N        flat_p50_ms  hnsw_p50_ms  hnsw_build_s  recall@1")
+    for n in [1_000, 2_000, 4_000, 6_000, 8_000, 10_000, 20_000, 50_000]:
+        stored, queries = make_data(n, args.queries, args.data)
+        flat, _ = build(n, stored, True, 0, args.m)
+        hnsw, tb = build(n, stored, False, args.efc[0], args.m)
+        hnsw.ef_search = args.ef[0]
+        f = statistics.median(latencies(flat, queries, 1, args.reps))
+        h = statistics.median(latencies(hnsw, queries, 1, args.reps))
+        _, truth = flat.search(queries, 1)
+        _, got = hnsw.search(queries, 1)
+        print(f"{n:<8d} {f:11.3f}  {h:11.3f}  {tb:12.2f}  {(got == truth).mean():.4f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--sizes", default="10k,100k", help="comma list, e.g. 10k,100k,1m")
+    p.add_argument("--queries", type=int, default=1000, help="distinct query vectors")
+    p.add_argument("--reps", type=int, default=400, help="timed batch-1 searches per setting")
+    p.add_argument("--data", choices=["model", "random"], default="model")
+    p.add_argument("--m", type=int, default=32, help="HNSW M")
+    p.add_argument("--efc", default="200", help="comma list of HNSW efConstruction")
+    p.add_argument("--ef", default="16,32,64,128", help="comma list of HNSW efSearch")
+    p.add_argument("--crossover", action="store_true", help="flat vs HNSW at 1k..50k")
+    args = p.parse_args()
+    args.efc = [int(x) for x in args.efc.split(",")]
+    args.ef = [int(x) for x in args.ef.split(",")]
+    import faiss
+
+    print(f"# faiss {faiss.__version__}, omp threads {faiss.omp_get_max_threads()}, "
+          f"cpus {os.cpu_count()}; times are search-only medians over repetitions")
+    if args.crossover:
+        crossover(args)
+        return
+    for size in args.sizes.split(","):
+        run_size(parse_size(size), args)
+
+
+if __name__ == "__main__":
+    main()

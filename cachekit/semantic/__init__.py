@@ -1,0 +1,47 @@
+"""Semantic caching: answer a request from an earlier one whose text means the same.
+
+Use it through :meth:`cachekit.Cache.semantic` (see ``docs/semantic.md``). The pieces:
+
+* :mod:`cachekit.semantic.policy`: :class:`HitPolicy`, :class:`ThresholdPolicy`,
+  ``DEFAULT_THRESHOLD``: which neighbour may answer;
+* :mod:`cachekit.semantic.tier`: :class:`SemanticTier`: entries, expiry, capacity, Redis sharing;
+* :mod:`cachekit.semantic.batcher`: :class:`MicroBatcher`: concurrent lookups share one call;
+* :mod:`cachekit.semantic.embedder`, :mod:`cachekit.semantic.index`: the mechanisms;
+* :mod:`cachekit.semantic.testing`: a deterministic embedder for tests.
+
+This module imports nothing heavy: names are loaded on first access, so ``import cachekit``
+never pulls in numpy, faiss or torch for users without the semantic extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cachekit.semantic.batcher import MicroBatcher
+    from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
+    from cachekit.semantic.tier import SemanticTier
+
+__all__ = ["DEFAULT_THRESHOLD", "HitPolicy", "MicroBatcher", "SemanticTier", "ThresholdPolicy"]
+
+_LAZY = {
+    "DEFAULT_THRESHOLD": "cachekit.semantic.policy",
+    "HitPolicy": "cachekit.semantic.policy",
+    "ThresholdPolicy": "cachekit.semantic.policy",
+    "MicroBatcher": "cachekit.semantic.batcher",
+    "SemanticTier": "cachekit.semantic.tier",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

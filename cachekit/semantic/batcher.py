@@ -1,0 +1,206 @@
+"""Dynamic micro-batching: concurrent requests share one call of a batch function.
+
+Embedding 32 texts in one model call costs little more than embedding one, and one FAISS search
+of 32 queries far less than 32 searches. A single worker thread takes the first waiting request,
+gathers more for up to ``max_wait_ms`` or until ``max_batch`` are waiting, calls the batch
+function once and hands each caller its own result. Threads block on a
+:class:`concurrent.futures.Future`; asyncio callers await it with :func:`asyncio.wrap_future`, so
+the work never runs on an event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar
+
+from cachekit.telemetry import LatencyHistogram
+
+__all__ = ["BatcherClosed", "MicroBatcher"]
+
+log = logging.getLogger("cachekit.semantic")
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher was closed before the request could run."""
+
+
+class _Item(Generic[Req, Res]):
+    __slots__ = ("enqueued", "future", "request")
+
+    def __init__(self, request: Req) -> None:
+        self.request = request
+        self.future: Future[Res] = Future()
+        self.enqueued = time.perf_counter()
+
+
+_STOP: Any = object()
+
+
+class MicroBatcher(Generic[Req, Res]):
+    """Runs ``fn(requests) -> results`` (same length, same order) on batches of requests.
+
+    An exception raised by ``fn`` is set on the future of every request in that batch. After
+    :meth:`close`, :meth:`submit` runs ``fn`` on the single request in the caller's thread, so a
+    closed batcher degrades to unbatched calls rather than failing.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Sequence[Req]], Sequence[Res]],
+        *,
+        max_batch: int = 64,
+        max_wait_ms: float = 2.0,
+        name: str = "cachekit-batcher",
+    ) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
+        if not max_wait_ms >= 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
+        self._fn = fn
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._submitted = 0  # queued or running requests, for flush()
+        self._idle = threading.Condition(self._lock)
+        # Telemetry: written by the worker thread only.
+        self.batches = 0
+        self.requests = 0
+        self.max_seen = 0
+        self.queue_wait = LatencyHistogram()
+        self.batch_time = LatencyHistogram()
+
+    # ------------------------------------------------------------------ callers
+
+    def submit(self, request: Req) -> Future[Res]:
+        """Queue ``request``; the future resolves to its result (or the batch's exception)."""
+        item: _Item[Req, Res] = _Item(request)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._submitted += 1
+                if self._thread is None:
+                    # Started on first use: decorating a function must not start threads.
+                    self._thread = threading.Thread(
+                        target=self._run, name=self._name, daemon=True
+                    )
+                    self._thread.start()
+                self._queue.put(item)
+        if closed:
+            self._run_batch([item], counted=False)
+        return item.future
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every request submitted so far has its result. Returns False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._submitted:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Finish what is queued, then stop the worker thread. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            if thread is not None:
+                self._queue.put(_STOP)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ worker
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            first = q.get()
+            if first is _STOP:
+                return
+            batch: list[_Item[Req, Res]] = [first]
+            stop = False
+            deadline = first.enqueued + self.max_wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    # Whatever queued up while the previous batch ran is taken at once; only
+                    # then is it worth waiting for stragglers, and never past the first
+                    # request's deadline.
+                    remaining = deadline - time.perf_counter()
+                    nxt = q.get_nowait() if remaining <= 0 else q.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._run_batch(batch)
+            if stop:
+                self._drain()
+                return
+
+    def _drain(self) -> None:
+        """Run what was queued behind the stop marker (submitters that raced ``close``)."""
+        leftover: list[_Item[Req, Res]] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                leftover.append(item)
+        for start in range(0, len(leftover), self.max_batch):
+            self._run_batch(leftover[start : start + self.max_batch])
+
+    def _run_batch(self, batch: list[_Item[Req, Res]], counted: bool = True) -> None:
+        started = time.perf_counter()
+        for item in batch:
+            self.queue_wait.record(started - item.enqueued)
+        n = len(batch)
+        self.batches += 1
+        self.requests += n
+        if n > self.max_seen:
+            self.max_seen = n
+        try:
+            results = self._fn([item.request for item in batch])
+            if len(results) != n:
+                raise RuntimeError(f"batch function returned {len(results)} results for {n}")
+        except BaseException as exc:
+            for item in batch:
+                item.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for item, result in zip(batch, results, strict=True):
+                item.future.set_result(result)
+        finally:
+            self.batch_time.record(time.perf_counter() - started)
+            if counted:
+                with self._idle:
+                    self._submitted -= n
+                    if not self._submitted:
+                        self._idle.notify_all()
+
+    # ------------------------------------------------------------------ stats
+
+    @property
+    def mean_batch(self) -> float:
+        return self.requests / self.batches if self.batches else 0.0

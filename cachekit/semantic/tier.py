@@ -1,0 +1,914 @@
+"""The semantic tier: entries, their vectors, expiry, capacity and (optionally) Redis sharing.
+
+Layout of state, all guarded by one lock:
+
+* ``_entries``: id -> :class:`SemanticEntry` in insertion order. Capacity eviction pops from the
+  front (oldest-first), which needs no bookkeeping on the hit path and, with Redis sharing, makes
+  every process evict the same entries.
+* ``_indexes``: one :class:`~cachekit.protocols.VectorIndex` per scope, created on first insert.
+  A scope holds only requests that may answer each other, so a search can never return an entry
+  from another model, tenant or system prompt, whatever its similarity.
+* ``_expiry``: a heap of ``(expires_at, id)``; expired entries are purged on every batch and
+  every store, and are never served even before the purge reaches them.
+
+Ids are derived from ``(scope, text)`` (63 bits of BLAKE2b), so every process gives a request the
+same id without asking anyone: storing the same text again replaces the entry, replaying a
+stream message twice is harmless, and invalidation needs no lookup.
+
+With Redis, each entry is a hash ``{prefix}:{ns}:sem:{name}:e:{id}`` (Redis TTL = entry TTL) and
+every addition or removal is announced on the stream ``{prefix}:{ns}:sem:{name}:log``. One daemon
+thread per tier builds the local index by SCAN at start and then follows the stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import logging
+import math
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+
+from cachekit.semantic.batcher import MicroBatcher
+from cachekit.semantic.policy import HitPolicy
+from cachekit.serialization import (
+    Envelope,
+    SerializationError,
+    decode_envelope,
+    encode_envelope,
+)
+from cachekit.telemetry import LatencyHistogram
+
+if TYPE_CHECKING:
+    from cachekit.cache import Cache
+    from cachekit.protocols import Embedder, VectorIndex
+
+__all__ = ["Match", "SemanticEntry", "SemanticTier", "entry_id"]
+
+log = logging.getLogger("cachekit.semantic")
+
+_SAVE_FORMAT = 1
+_SIMILARITY_SAMPLES = 10_000
+_REDIS_CHUNK = 500
+
+
+def entry_id(scope: str, text: str) -> int:
+    """The id of the entry for ``text`` in ``scope``: stable across processes, 63 bits, so never
+    the ``-1`` that pads search results."""
+    raw = f"{len(scope)}:{scope}|{text}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") >> 1
+
+
+@dataclass(slots=True)
+class SemanticEntry:
+    id: int
+    scope: str
+    text: str
+    value: bytes  # an envelope written with the cache's serializer
+    created_at: float
+    expires_at: float | None
+    version: int  # the cache's namespace version when stored; another version is retired
+    shared: bool = False  # present in Redis (written there, or read from there)
+    stamp: float = 0.0  # time.monotonic() of the local insert, to reconcile a rescan
+
+    def live(self, now: float, version: int) -> bool:
+        return (self.expires_at is None or now < self.expires_at) and self.version == version
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The outcome of one semantic search: ``entry`` is the accepted neighbour (or None) and
+    ``similarity`` its score, or the best rejected score when nothing was accepted."""
+
+    similarity: float | None
+    entry: SemanticEntry | None
+
+
+class SemanticTier:
+    """Semantic entries of one decorated function. See the module docstring for the layout.
+
+    ``embedder`` is a zero-argument factory or an :class:`~cachekit.protocols.Embedder`; the
+    factory runs on first use so that decorating a function never loads a model.
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        name: str,
+        *,
+        embedder: Callable[[], Embedder],
+        policy: HitPolicy,
+        ttl: float | None,
+        capacity: int = 100_000,
+        max_batch: int = 64,
+        max_wait_ms: float = 2.0,
+        batching: bool = True,
+        index_factory: Callable[[int], VectorIndex] | None = None,
+        candidates: int = 4,
+        search_threads: int | None = 1,
+        sync_interval_s: float = 0.1,
+        stream_maxlen: int = 100_000,
+    ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if candidates < 1:
+            raise ValueError(f"candidates must be >= 1, got {candidates!r}")
+        self.cache = cache
+        self.name = name
+        self.policy = policy
+        self.ttl = ttl
+        self.capacity = capacity
+        self.candidates = candidates
+        self.search_threads = search_threads
+        self._embedder_factory = embedder
+        self._embedder: Embedder | None = None
+        self._index_factory = index_factory
+        self._lock = threading.RLock()
+        self._entries: OrderedDict[int, SemanticEntry] = OrderedDict()
+        self._indexes: dict[str, VectorIndex] = {}
+        self._expiry: list[tuple[float, int]] = []
+        self._seen_version = cache.version
+
+        self.batcher: MicroBatcher[tuple[str, str], Match] | None = (
+            MicroBatcher(
+                self.search_batch,
+                max_batch=max_batch,
+                max_wait_ms=max_wait_ms,
+                name=f"cachekit-sem-batch:{name}",
+            )
+            if batching
+            else None
+        )
+
+        # Counters; the decorator counts lookups, the tier what happens inside.
+        self.lookups = 0
+        self.exact_hits = 0
+        self.semantic_hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.expirations = 0
+        self.errors = 0
+        self.embed_time = LatencyHistogram()
+        self.search_time = LatencyHistogram()
+        self.sync_lag = LatencyHistogram()
+        self._similarities: deque[float] = deque(maxlen=_SIMILARITY_SAMPLES)
+        self._min_similarity: float | None = None
+
+        # Redis sharing (only with a Redis shared tier).
+        self._redis = _redis_tier(cache)
+        self._base = f"{cache.key_prefix}:{cache.namespace}:sem:{name}"
+        self._log_key = f"{self._base}:log"
+        # A token that lives as long as Redis keeps this tier's data: a restart or a flush
+        # loses it, which tells the sync thread its index no longer matches and must be rebuilt
+        # (a reconnecting pool would otherwise hide the restart).
+        self._gen_key = f"{self._base}:gen"
+        self._gen: bytes | None = None
+        self._origin = uuid.uuid4().hex.encode()
+        self._sync_interval_s = sync_interval_s
+        self._stream_maxlen = stream_maxlen
+        self._sync_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._start_lock = threading.Lock()
+        self.resyncs = 0
+        if self._redis is None:
+            self._ready.set()
+
+    # ------------------------------------------------------------------ embedder and indexes
+
+    @property
+    def embedder(self) -> Embedder:
+        e = self._embedder
+        if e is None:
+            with self._lock:
+                if self._embedder is None:
+                    self._embedder = self._embedder_factory()
+                e = self._embedder
+        return e
+
+    @property
+    def shared(self) -> bool:
+        """Whether entries are shared through Redis."""
+        return self._redis is not None
+
+    def _new_index(self, dim: int) -> VectorIndex:
+        if self._index_factory is not None:
+            return self._index_factory(dim)
+        from cachekit.semantic.index import FaissIndex
+
+        return FaissIndex(dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        t0 = time.perf_counter()
+        vecs = self.embedder.embed(list(texts))
+        self.embed_time.record(time.perf_counter() - t0)
+        return np.asarray(vecs, dtype=np.float32)
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, scope: str, text: str) -> Match:
+        """One semantic lookup, through the micro-batcher when batching is on."""
+        self.start()
+        if self.batcher is None:
+            return self.search_batch([(scope, text)])[0]
+        return self.batcher.submit((scope, text)).result()
+
+    def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
+        """Embed every text in one call and search each scope once. Results in request order."""
+        now = self.cache.clock()
+        self.purge_expired(now)
+        if not requests:
+            return []
+        with self._lock:
+            scopes = {scope for scope, _ in requests if scope in self._indexes}
+        if not scopes:
+            # Nothing stored in any requested scope: no point computing embeddings.
+            return [Match(None, None) for _ in requests]
+        wanted = [i for i, (scope, _) in enumerate(requests) if scope in scopes]
+        unique: dict[str, int] = {}
+        for i in wanted:
+            unique.setdefault(requests[i][1], len(unique))
+        vecs = self.embed(list(unique))
+        by_scope: dict[str, list[int]] = {}
+        for i in wanted:
+            by_scope.setdefault(requests[i][0], []).append(i)
+        out = [Match(None, None) for _ in requests]
+        version = self.cache.version
+        with _faiss_threads(self.search_threads):
+            for scope, idxs in by_scope.items():
+                self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
+        return out
+
+    def _search_scope(
+        self,
+        requests: Sequence[tuple[str, str]],
+        scope: str,
+        idxs: list[int],
+        vecs: np.ndarray,
+        unique: dict[str, int],
+        out: list[Match],
+        now: float,
+        version: int,
+    ) -> None:
+        index = self._indexes.get(scope)
+        if index is None:  # emptied since the batch started
+            return
+        queries = vecs[[unique[requests[i][1]] for i in idxs]]
+        t0 = time.perf_counter()
+        scores, ids = index.search(queries, self.candidates)
+        self.search_time.record(time.perf_counter() - t0)
+        for row, i in enumerate(idxs):
+            out[i] = self._decide(requests[i][1], scope, scores[row], ids[row], now, version)
+
+    def index(self, scope_key: str) -> VectorIndex | None:
+        """The vector index of one scope (None while the scope holds nothing)."""
+        return self._indexes.get(scope_key)
+
+    def _decide(
+        self, text: str, scope: str, scores: np.ndarray, ids: np.ndarray, now: float, version: int
+    ) -> Match:
+        best: float | None = None
+        for score, id_ in zip(scores.tolist(), ids.tolist(), strict=True):
+            if id_ == -1:
+                break
+            entry = self._entries.get(id_)
+            if entry is None or entry.scope != scope or not entry.live(now, version):
+                continue  # removed since the search, or expired and not yet purged
+            if best is None:
+                best = score
+            try:
+                accepted = self.policy.accept(score, text, entry.text)
+            except Exception:
+                # A failing policy must not answer, nor fail the other callers in the batch.
+                self.errors += 1
+                log.warning("cachekit: hit policy %r failed; treated as a miss",
+                            self.policy, exc_info=True)
+                return Match(best, None)
+            if accepted:
+                return Match(score, entry)
+        return Match(best, None)
+
+    def record_hit(self, similarity: float) -> None:
+        self._similarities.append(similarity)
+        if self._min_similarity is None or similarity < self._min_similarity:
+            self._min_similarity = similarity
+
+    def decode(self, entry: SemanticEntry) -> Envelope | None:
+        try:
+            return decode_envelope(self.cache.serializer, entry.value)
+        except SerializationError as exc:
+            self.errors += 1
+            log.warning("cachekit: unreadable semantic entry %d treated as a miss: %s",
+                        entry.id, exc)
+            return None
+
+    # ------------------------------------------------------------------ writes
+
+    def add(
+        self,
+        scope: str,
+        texts: Sequence[str],
+        values: Sequence[Any],
+        *,
+        ttl: float | None = None,
+        version: str | int | None = None,
+    ) -> int:
+        """Embed ``texts`` (one call) and store ``values`` for them in ``scope``. Returns how
+        many were stored (values that cannot be serialized are skipped)."""
+        return self.add_many([(scope, t, v) for t, v in zip(texts, values, strict=True)],
+                             ttl=ttl, version=version)
+
+    def add_many(
+        self,
+        items: Sequence[tuple[str, str, Any]],
+        *,
+        ttl: float | None = None,
+        version: str | int | None = None,
+        encoded: bool = False,
+    ) -> int:
+        """Store ``(scope, text, value)`` items of any scopes with one embedding call.
+        ``encoded``: values are envelopes already."""
+        if not items:
+            return 0
+        vecs = self.embed([text for _, text, _ in items])
+        return self._add_vectors(items, vecs, ttl, version, encoded)
+
+    def add_vectors(
+        self,
+        scope_key: str,
+        texts: Sequence[str],
+        vectors: Any,
+        values: Sequence[Any],
+        *,
+        ttl: float | None = None,
+    ) -> int:
+        """Insert precomputed vectors (one row per text) without embedding, e.g. to load a
+        benchmark corpus. Rows are L2-normalised here. Only semantic entries are written (no
+        exact-match entries). Returns how many were stored."""
+        if len(texts) != len(values):
+            raise ValueError(f"got {len(texts)} texts for {len(values)} values")
+        vecs = np.array(vectors, dtype=np.float32, copy=True, order="C")
+        if vecs.ndim != 2 or vecs.shape[0] != len(texts):
+            raise ValueError(f"vectors must have shape ({len(texts)}, dim), got {vecs.shape}")
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        np.divide(vecs, norms, out=vecs, where=norms > 0)
+        return self._add_vectors([(scope_key, t, v) for t, v in zip(texts, values, strict=True)],
+                                 vecs, ttl, None, False)
+
+    def _add_vectors(
+        self,
+        items: Sequence[tuple[str, str, Any]],
+        vecs: np.ndarray,
+        ttl: float | None,
+        version: str | int | None,
+        encoded: bool,
+    ) -> int:
+        self.start()
+        ttl = self.cache._resolve_ttl(ttl if ttl is not None else self.ttl)
+        now = self.cache.clock()
+        ns_version = self.cache.version
+        entries: list[SemanticEntry] = []
+        rows: list[int] = []
+        for row, (scope, text, value) in enumerate(items):
+            if not isinstance(text, str):
+                raise TypeError(f"texts must be str, got {type(text).__name__}")
+            if encoded:
+                data = value
+            else:
+                try:
+                    data = encode_envelope(self.cache.serializer,
+                                           Envelope(value, now, ttl, 0.0, version))
+                except SerializationError as exc:
+                    self.cache._telemetry.serialization_errors += 1
+                    log.warning("cachekit: not caching semantic entry: %s", exc)
+                    continue
+            expires = None if ttl is None else now + ttl
+            entries.append(SemanticEntry(entry_id(scope, text), scope, text, data, now, expires,
+                                         ns_version))
+            rows.append(row)
+        if not entries:
+            return 0
+        kept = vecs[rows]
+        if self._redis is not None:
+            self._redis_write(entries, kept, ttl)
+        evicted = self._insert(entries, kept)
+        if evicted and self._redis is not None:
+            self._redis_delete([e.id for e in evicted])
+        self.purge_expired(now)
+        return len(entries)
+
+    def _insert(self, entries: Sequence[SemanticEntry], vecs: np.ndarray) -> list[SemanticEntry]:
+        """Put entries and their vectors into the local state; returns what capacity evicted."""
+        stamp = time.monotonic()
+        groups: dict[str, tuple[list[int], list[int]]] = {}
+        with self._lock:
+            for row, e in enumerate(entries):
+                e.stamp = stamp
+                old = self._entries.pop(e.id, None)
+                if old is not None and old.scope != e.scope:  # a 63-bit collision: keep it sane
+                    self._drop_from_index(old.scope, [old.id])
+                self._entries[e.id] = e
+                if e.expires_at is not None:
+                    heapq.heappush(self._expiry, (e.expires_at, e.id))
+                ids, rows = groups.setdefault(e.scope, ([], []))
+                ids.append(e.id)
+                rows.append(row)
+            for scope, (ids, rows) in groups.items():
+                index = self._indexes.get(scope)
+                if index is None:
+                    index = self._indexes[scope] = self._new_index(int(vecs.shape[1]))
+                index.add(np.asarray(ids, dtype=np.int64), vecs[rows])
+            evicted: list[SemanticEntry] = []
+            while len(self._entries) > self.capacity:
+                evicted.append(self._entries.popitem(last=False)[1])
+            self._drop_entries_from_indexes(evicted)
+            self.evictions += len(evicted)
+        return evicted
+
+    def _drop_from_index(self, scope: str, ids: list[int]) -> None:
+        index = self._indexes.get(scope)
+        if index is None:
+            return
+        index.remove(np.asarray(ids, dtype=np.int64))
+        if len(index) == 0:
+            # Many short-lived scopes (tenants, conversations) must not leave empty indexes.
+            del self._indexes[scope]
+
+    def _drop_entries_from_indexes(self, entries: Iterable[SemanticEntry]) -> None:
+        groups: dict[str, list[int]] = {}
+        for e in entries:
+            groups.setdefault(e.scope, []).append(e.id)
+        for scope, ids in groups.items():
+            self._drop_from_index(scope, ids)
+
+    def remove_ids(self, ids: Iterable[int]) -> int:
+        """Remove entries locally (not from Redis). Returns how many existed."""
+        with self._lock:
+            gone = [e for e in (self._entries.pop(i, None) for i in ids) if e is not None]
+            self._drop_entries_from_indexes(gone)
+        return len(gone)
+
+    def invalidate(self, scope: str, text: str) -> bool:
+        """Remove the entry for ``text`` in ``scope`` here and, with Redis, everywhere."""
+        self.start()
+        id_ = entry_id(scope, text)
+        existed = self.remove_ids([id_]) > 0
+        if self._redis is not None:
+            self._redis_delete([id_])
+        return existed
+
+    def purge_expired(self, now: float | None = None) -> int:
+        """Remove expired entries (and those of a retired namespace version) from the index."""
+        now = self.cache.clock() if now is None else now
+        gone: list[SemanticEntry] = []
+        with self._lock:
+            heap = self._expiry
+            while heap and heap[0][0] <= now:
+                expires_at, id_ = heapq.heappop(heap)
+                e = self._entries.get(id_)
+                if e is not None and e.expires_at == expires_at:
+                    del self._entries[id_]
+                    gone.append(e)
+            self.expirations += len(gone)
+            version = self.cache.version
+            if version != self._seen_version:
+                self._seen_version = version
+                stale = [e for e in self._entries.values() if e.version != version]
+                for e in stale:
+                    del self._entries[e.id]
+                gone.extend(stale)
+            if gone:
+                self._drop_entries_from_indexes(gone)
+        return len(gone)
+
+    def clear(self) -> None:
+        """Drop every local entry (Redis keeps its own)."""
+        with self._lock:
+            self._entries.clear()
+            self._indexes.clear()
+            self._expiry.clear()
+
+    def __len__(self) -> int:
+        self.purge_expired()
+        return len(self._entries)
+
+    def entries(self) -> list[SemanticEntry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def index_size(self) -> int:
+        with self._lock:
+            return sum(len(ix) for ix in self._indexes.values())
+
+    # ------------------------------------------------------------------ persistence (no Redis)
+
+    def save(self, directory: str | Path) -> None:
+        """Write every live entry and each scope's index under ``directory``."""
+        root = Path(directory)
+        self.purge_expired()
+        with self._lock:
+            root.mkdir(parents=True, exist_ok=True)
+            scopes_dir = root / "scopes"
+            scopes_dir.mkdir(exist_ok=True)
+            names: dict[str, str] = {}
+            for i, (scope, index) in enumerate(self._indexes.items()):
+                names[scope] = f"s{i}"
+                index.save(scopes_dir / names[scope])
+            rows = [
+                [e.id, e.scope, e.text, e.value, e.created_at, e.expires_at, e.version]
+                for e in self._entries.values()
+            ]
+            (root / "entries.msgpack").write_bytes(msgpack.packb(rows, use_bin_type=True))
+            meta = {"format": _SAVE_FORMAT, "name": self.name, "scopes": names,
+                    "embedder": self.embedder.name}
+            (root / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    def load(self, directory: str | Path) -> int:
+        """Replace the local entries with those saved by :meth:`save` (expired ones are
+        dropped). Returns how many entries were loaded."""
+        root = Path(directory)
+        meta = json.loads((root / "meta.json").read_text())
+        if meta.get("format") != _SAVE_FORMAT:
+            raise ValueError(f"unsupported semantic tier format {meta.get('format')!r} in {root}")
+        if meta.get("embedder") != self.embedder.name:
+            raise ValueError(
+                f"{root} was written with embedder {meta.get('embedder')!r}, this tier uses "
+                f"{self.embedder.name!r}; its vectors are not comparable"
+            )
+        indexes: dict[str, VectorIndex] = {}
+        for scope, sub in meta["scopes"].items():
+            indexes[scope] = self._load_index(root / "scopes" / sub)
+        rows = msgpack.unpackb((root / "entries.msgpack").read_bytes(), raw=False)
+        now = self.cache.clock()
+        stamp = time.monotonic()
+        with self._lock:
+            self.clear()
+            self._indexes = indexes
+            for id_, scope, text, value, created, expires, version in rows:
+                self._entries[id_] = SemanticEntry(id_, scope, text, value, created, expires,
+                                                   version, stamp=stamp)
+                if expires is not None:
+                    heapq.heappush(self._expiry, (expires, id_))
+            # Versions are per cache instance; what was saved belongs to this one now.
+            for e in self._entries.values():
+                e.version = self.cache.version
+            for scope, index in list(indexes.items()):
+                from_index = set(_index_ids(index))
+                known = {e.id for e in self._entries.values() if e.scope == scope}
+                orphans = from_index - known
+                if orphans:
+                    index.remove(np.asarray(sorted(orphans), dtype=np.int64))
+                if len(index) == 0:
+                    del self._indexes[scope]
+        self.purge_expired(now)
+        return len(self._entries)
+
+    def _load_index(self, path: Path) -> VectorIndex:
+        if self._index_factory is None:
+            from cachekit.semantic.index import FaissIndex
+
+            return FaissIndex.load(path)
+        loader = getattr(type(self._index_factory(1)), "load", None)
+        if loader is None:
+            raise TypeError("the index type made by index_factory has no load() classmethod")
+        return loader(path)
+
+    # ------------------------------------------------------------------ telemetry
+
+    def stats(self) -> dict[str, Any]:
+        b = self.batcher
+        qw = b.queue_wait if b is not None else LatencyHistogram()
+        sims = sorted(self._similarities)
+        lookups = self.lookups
+
+        def ms(h: LatencyHistogram, q: float) -> float | None:
+            v = h.percentile(q)
+            return None if v is None else v * 1e3
+
+        return {
+            "policy": getattr(self.policy, "name", repr(self.policy)),
+            "lookups": lookups,
+            "exact_hits": self.exact_hits,
+            "semantic_hits": self.semantic_hits,
+            "misses": self.misses,
+            "hit_rate": (self.exact_hits + self.semantic_hits) / lookups if lookups else 0.0,
+            "batches": b.batches if b is not None else 0,
+            "batch_size_mean": b.mean_batch if b is not None else 0.0,
+            "batch_size_max": b.max_seen if b is not None else 0,
+            "queue_wait_p50_ms": ms(qw, 0.5),
+            "queue_wait_p99_ms": ms(qw, 0.99),
+            "embed_p50_ms": ms(self.embed_time, 0.5),
+            "embed_p99_ms": ms(self.embed_time, 0.99),
+            "search_p50_ms": ms(self.search_time, 0.5),
+            "search_p99_ms": ms(self.search_time, 0.99),
+            "hit_similarity_p50": sims[len(sims) // 2] if sims else None,
+            "hit_similarity_min": self._min_similarity,
+            "index_size": len(self._entries),
+            "scopes": len(self._indexes),
+            "evictions": self.evictions,
+            "expirations": self.expirations,
+            "errors": self.errors,
+            "shared": self.shared,
+            "redis_sync_lag_p50_ms": ms(self.sync_lag, 0.5),
+            "redis_sync_lag_p99_ms": ms(self.sync_lag, 0.99),
+            "resyncs": self.resyncs,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start following Redis (idempotent; a no-op without Redis). Called on first use."""
+        if self._redis is None or self._sync_thread is not None or self._stop.is_set():
+            return
+        with self._start_lock:
+            if self._sync_thread is None and not self._stop.is_set():
+                t = threading.Thread(target=self._sync_loop, name=f"cachekit-sem-sync:{self.name}",
+                                     daemon=True)
+                self._sync_thread = t
+                t.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the index has been built from Redis (True at once without Redis)."""
+        self.start()
+        return self._ready.wait(timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued lookup has its answer."""
+        return self.batcher.flush(timeout) if self.batcher is not None else True
+
+    def close(self) -> None:
+        """Stop the batching and Redis threads (later calls still work, unbatched and
+        without following Redis)."""
+        if self.batcher is not None:
+            self.batcher.close()
+        self._stop.set()
+        t = self._sync_thread
+        if t is not None and t is not threading.current_thread():
+            t.join(5.0)
+
+    # ------------------------------------------------------------------ Redis
+
+    def _entry_key(self, id_: int) -> str:
+        return f"{self._base}:e:{id_}"
+
+    def _pipeline(self, client: Any) -> Any:
+        assert self._redis is not None
+        return client.pipeline() if self._redis.is_cluster else client.pipeline(transaction=False)
+
+    def _redis_write(self, entries: Sequence[SemanticEntry], vecs: np.ndarray,
+                     ttl: float | None) -> None:
+        assert self._redis is not None
+        client = self._redis.client
+        emb = self.embedder.name
+        px = None if ttl is None else max(1, math.ceil(ttl * 1000))
+        for start in range(0, len(entries), _REDIS_CHUNK):
+            chunk = entries[start : start + _REDIS_CHUNK]
+
+            def write(chunk: Sequence[SemanticEntry] = chunk, base: int = start) -> None:
+                pipe = self._pipeline(client)
+                for j, e in enumerate(chunk):
+                    key = self._entry_key(e.id)
+                    pipe.hset(key, mapping={
+                        "vec": vecs[base + j].tobytes(),
+                        "text": e.text.encode("utf-8", "surrogatepass"),
+                        "scope": e.scope,
+                        "value": e.value,
+                        "created_at": repr(e.created_at),
+                        "expires_at": "" if e.expires_at is None else repr(e.expires_at),
+                        "v": str(e.version),
+                        "emb": emb,
+                    })
+                    if px is not None:
+                        pipe.pexpire(key, px)
+                    else:
+                        pipe.persist(key)
+                pipe.execute()
+                # Announced only after the hashes are written (a cluster pipeline may run on
+                # several nodes in any order), so a reader never fetches an entry too early.
+                client.xadd(self._log_key, {"op": "add", "src": self._origin,
+                                            "ids": " ".join(str(e.id) for e in chunk)},
+                            maxlen=self._stream_maxlen, approximate=True)
+
+            ok = self.cache._l2_call(write)
+            if ok is not _failed():
+                for e in chunk:
+                    e.shared = True
+
+    def _redis_delete(self, ids: Sequence[int]) -> None:
+        assert self._redis is not None
+        client = self._redis.client
+        for start in range(0, len(ids), _REDIS_CHUNK):
+            chunk = list(ids[start : start + _REDIS_CHUNK])
+
+            def delete(chunk: list[int] = chunk) -> None:
+                client.delete(*(self._entry_key(i) for i in chunk))
+                client.xadd(self._log_key, {"op": "del", "src": self._origin,
+                                            "ids": " ".join(map(str, chunk))},
+                            maxlen=self._stream_maxlen, approximate=True)
+
+            self.cache._l2_call(delete)
+
+    def _fetch(self, client: Any, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]]:
+        """HGETALL the entries (missing and expired ones are skipped). Raises on Redis errors."""
+        out: list[tuple[SemanticEntry, np.ndarray]] = []
+        now = self.cache.clock()
+        emb = self.embedder.name
+        for start in range(0, len(ids), _REDIS_CHUNK):
+            chunk = ids[start : start + _REDIS_CHUNK]
+            pipe = self._pipeline(client)
+            for i in chunk:
+                pipe.hgetall(self._entry_key(i))
+            for id_, h in zip(chunk, pipe.execute(), strict=True):
+                parsed = self._parse(id_, h, now, emb)
+                if parsed is not None:
+                    out.append(parsed)
+        return out
+
+    def _parse(self, id_: int, h: dict[bytes, bytes], now: float,
+               emb: str) -> tuple[SemanticEntry, np.ndarray] | None:
+        if not h or b"vec" not in h:
+            return None
+        try:
+            if h.get(b"emb", b"").decode() != emb:
+                self.errors += 1
+                log.warning("cachekit: semantic entry %d was embedded by %r, not %r; ignored",
+                            id_, h.get(b"emb"), emb)
+                return None
+            raw_exp = h.get(b"expires_at", b"")
+            expires = float(raw_exp) if raw_exp else None
+            if expires is not None and expires <= now:
+                return None
+            vec = np.frombuffer(h[b"vec"], dtype=np.float32)
+            e = SemanticEntry(
+                id_, h[b"scope"].decode(), h[b"text"].decode("utf-8", "surrogatepass"),
+                h[b"value"], float(h[b"created_at"]), expires, int(h[b"v"]), shared=True,
+            )
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            self.errors += 1
+            log.warning("cachekit: malformed semantic entry %d ignored: %r", id_, exc)
+            return None
+        return e, vec
+
+    def _apply_adds(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
+        by_dim: dict[int, list[int]] = {}
+        for i, (_, vec) in enumerate(fetched):
+            by_dim.setdefault(len(vec), []).append(i)
+        for dim, idxs in by_dim.items():
+            entries = [fetched[i][0] for i in idxs]
+            vecs = np.stack([fetched[i][1] for i in idxs]) if idxs else np.empty((0, dim))
+            with self._lock:
+                ok = [j for j, e in enumerate(entries)
+                      if e.scope not in self._indexes or self._indexes[e.scope].dim == dim]
+            if ok:
+                self._insert([entries[j] for j in ok], vecs[ok])
+
+    def _resync(self, client: Any) -> bytes:
+        """Rebuild the local state from Redis. Returns the stream id to follow from."""
+        scan_started = time.monotonic()
+        client.set(self._gen_key, uuid.uuid4().hex, nx=True)
+        self._gen = client.get(self._gen_key)
+        # Captured before the scan: anything announced during it is read from the stream
+        # afterwards (applying an add or a del twice is harmless), so nothing is missed.
+        last = client.xrevrange(self._log_key, count=1)
+        last_id: bytes = last[0][0] if last else b"0-0"
+        prefix = f"{self._entry_key(0)[:-1]}"
+        ids: list[int] = []
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            k = key.decode() if isinstance(key, bytes) else key
+            try:
+                ids.append(int(k[len(prefix):]))
+            except ValueError:
+                continue
+        fetched = self._fetch(client, ids)
+        self._apply_adds(fetched)
+        present = {e.id for e, _ in fetched}
+        with self._lock:
+            stale = [e.id for e in self._entries.values()
+                     if e.shared and e.stamp < scan_started and e.id not in present]
+        self.remove_ids(stale)
+        self.resyncs += 1
+        return last_id
+
+    def _apply_stream(self, client: Any, messages: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        now_ms = time.time() * 1000.0
+        for msg_id, fields in messages:
+            if fields.get(b"src") == self._origin:
+                continue
+            try:
+                ids = [int(x) for x in fields.get(b"ids", b"").split()]
+            except ValueError:
+                continue
+            op = fields.get(b"op")
+            if op == b"add":
+                self._apply_adds(self._fetch(client, ids))
+            elif op == b"del":
+                self.remove_ids(ids)
+            self.sync_lag.record(max(0.0, now_ms - float(msg_id.split(b"-")[0])) / 1000.0)
+
+    def _sync_loop(self) -> None:
+        backoff = 0.05
+        last: bytes | None = None
+        while not self._stop.is_set():
+            try:
+                last, ok, more = self._sync_step(last)
+            except Exception as exc:  # a bug or a malformed message must not end syncing
+                self.errors += 1
+                log.warning("cachekit: semantic sync of %s failed (%r); rescanning",
+                            self.name, exc)
+                last, ok, more = None, False, False
+            if not ok:
+                # Messages may have been missed: the next step rescans, after a backoff.
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.05
+            if not more:
+                self._stop.wait(self._sync_interval_s)
+
+    def _sync_step(self, last: bytes | None) -> tuple[bytes | None, bool, bool]:
+        """One poll: ``(stream id to go on from, succeeded, more messages waiting)``."""
+        assert self._redis is not None
+        failed = _failed()
+        client = self._redis.client
+        if last is None:
+            got = self.cache._l2_call(self._resync, client)
+            if got is failed:
+                return None, False, False
+            last = got
+            self._ready.set()
+
+        def read(cursor: bytes = last) -> Any:
+            pipe = self._pipeline(client)
+            pipe.get(self._gen_key)
+            pipe.xread({self._log_key: cursor}, count=1000)
+            return pipe.execute()
+
+        got = self.cache._l2_call(read)
+        if got is failed:
+            return None, False, False
+        gen, resp = got
+        if gen != self._gen:
+            return None, True, True  # Redis lost this tier's data (restart, flush): rebuild
+        more = False
+        if resp:
+            messages = resp[0][1]
+            self._apply_stream(client, messages)
+            last = messages[-1][0]
+            more = len(messages) >= 1000
+        self.purge_expired()
+        return last, True, more
+
+
+@contextmanager
+def _faiss_threads(n: int | None) -> Iterator[None]:
+    """Run FAISS with ``n`` OpenMP threads in the calling thread only (OpenMP thread counts are
+    per thread), restoring the previous count afterwards.
+
+    A batch is at most ``max_batch`` small queries. With several OpenMP threads, starting the
+    team and its spin-waiting afterwards cost milliseconds per search on a small machine, and
+    steal the cores the callers need: far more than the search itself.
+    """
+    faiss = sys.modules.get("faiss")
+    if n is None or faiss is None:  # a custom index that does not use faiss
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+def _index_ids(index: Any) -> list[int]:
+    ids = getattr(index, "ids", None)
+    return [int(i) for i in ids()] if callable(ids) else []
+
+
+def _failed() -> Any:
+    from cachekit.cache import _FAILED
+
+    return _FAILED
+
+
+def _redis_tier(cache: Cache) -> Any:
+    l2 = cache.l2
+    if l2 is None or not hasattr(l2, "client") or not hasattr(l2, "is_cluster"):
+        return None
+    try:
+        from cachekit.storage.redis import RedisTier
+    except ImportError:  # pragma: no cover - redis extra not installed
+        return None
+    return l2 if isinstance(l2, RedisTier) else None

