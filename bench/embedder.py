@@ -54,7 +54,9 @@ def one(backend: str, threads: int, torch_threads: int | None, reps: int, batch_
         import torch
 
         torch.set_num_threads(torch_threads)
-    emb = SentenceTransformerEmbedder(backend=backend, num_threads=threads).load()  # type: ignore[arg-type]
+    emb = SentenceTransformerEmbedder(
+        backend=backend, num_threads=threads  # type: ignore[arg-type]
+    ).load()
     single = ["How do I reset the password of my account?"]
     batch = texts64()
     for _ in range(20):
@@ -94,7 +96,8 @@ def main() -> None:
         res = one(backend, int(threads), int(tt) if tt else None, args.reps, args.batch_reps)
         print(json.dumps(res))
         return
-    print(f"# cpus {os.cpu_count()}; medians over {args.reps} single / {args.batch_reps} batch runs")
+    print(f"# cpus {os.cpu_count()}; medians over {args.reps} single / "
+          f"{args.batch_reps} batch runs")
     print("backend  threads  torch_threads  single_p50_ms  single_p99_ms  batch64_ms_per_text")
     for backend, threads, tt in MATRIX:
         spec = f"{backend},{threads},{'' if tt is None else tt}"

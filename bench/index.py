@@ -29,9 +29,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from cachekit.semantic.index import FaissIndex  # noqa: E402
+from cachekit.semantic.index import FaissIndex
 
 DIM = 384
 STORE_NOISE = 0.0215  # per-dim std; |noise| ~ 0.42 -> cosine between cluster members ~0.85
@@ -140,7 +140,8 @@ def run_size(n: int, args: argparse.Namespace) -> None:
             print(f"  hnsw M={args.m} efC={efc:3d} ef={ef:3d} build {t_h:7.2f}s | batch1 p50 "
                   f"{statistics.median(h1):7.3f} ms p99 {pct(h1, 99):7.3f} | batch32 p50 "
                   f"{statistics.median(h32):7.2f} ms p99 {pct(h32, 99):7.2f} | "
-                  f"recall@1 {recall:.4f} | batch1 speed-up x{statistics.median(f1) / statistics.median(h1):.1f}")
+                  f"recall@1 {recall:.4f} | batch1 speed-up "
+                  f"x{statistics.median(f1) / statistics.median(h1):.1f}")
         del hnsw
 
 
@@ -165,7 +166,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=400, help="timed batch-1 searches per setting")
     p.add_argument("--data", choices=["model", "random"], default="model")
     p.add_argument("--m", type=int, default=32, help="HNSW M")
-    p.add_argument("--efc", default="200", help="comma list of HNSW efConstruction")
+    p.add_argument("--efc", default="80", help="comma list of HNSW efConstruction")
     p.add_argument("--ef", default="16,32,64,128", help="comma list of HNSW efSearch")
     p.add_argument("--crossover", action="store_true", help="flat vs HNSW at 1k..50k")
     args = p.parse_args()

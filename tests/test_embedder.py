@@ -327,7 +327,9 @@ def test_model_backends_agree(
 
 
 @pytest.mark.model
-def test_onnx_export_is_reused(onnx_embedder: SentenceTransformerEmbedder, onnx_cache: Path) -> None:
+def test_onnx_export_is_reused(
+    onnx_embedder: SentenceTransformerEmbedder, onnx_cache: Path
+) -> None:
     model_file = onnx_embedder.onnx_export_dir / "onnx" / "model.onnx"
     assert model_file.is_file()
     assert model_file.parent.parent.parent == onnx_cache

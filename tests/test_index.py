@@ -92,7 +92,7 @@ def test_add_existing_id_replaces(index: VectorIndex) -> None:
     assert list(found[0]).count(7) == 1
     # The old vector is gone: searching for it must not score 1.0 against id 7.
     scores, found = index.search(vecs[7:8], 50)
-    row = dict(zip(found[0].tolist(), scores[0].tolist()))
+    row = dict(zip(found[0].tolist(), scores[0].tolist(), strict=True))
     assert row[7] == pytest.approx(float(vecs[7] @ new[0]), abs=1e-5)
     assert len(set(found[0].tolist())) == 50
 
@@ -118,7 +118,7 @@ def test_remove_counts_and_never_returns_removed(index: VectorIndex) -> None:
         remaining = 200 - int(batch[-1]) - 1
         assert len(index) == remaining
         gone = set(ids[: int(batch[-1]) + 1].tolist())
-        scores, found = index.search(vecs, 200)
+        _scores, found = index.search(vecs, 200)
         assert not gone & set(found.ravel().tolist())
         assert ((found == -1).sum(axis=1) == 200 - remaining).all()
         kept = ids[int(batch[-1]) + 1 :]
@@ -200,7 +200,7 @@ def test_concurrent_add_and_search(index: VectorIndex) -> None:
             for off in range(0, per_thread, chunk):
                 sl = slice(base + off, base + off + chunk)
                 index.add(np.arange(sl.start, sl.stop, dtype=np.int64), vecs[sl])
-                scores, found = index.search(vecs[sl], 2)
+                _scores, found = index.search(vecs[sl], 2)
                 assert found.shape == (chunk, 2)
                 assert (found[:, 0] >= 0).all()
                 if off:
@@ -214,7 +214,11 @@ def test_concurrent_add_and_search(index: VectorIndex) -> None:
     for w in workers:
         w.join()
     assert not errors, errors
-    removed = {t * per_thread + off - 1 for t in range(threads_n) for off in range(chunk, per_thread, chunk)}
+    removed = {
+        t * per_thread + off - 1
+        for t in range(threads_n)
+        for off in range(chunk, per_thread, chunk)
+    }
     assert len(index) == threads_n * per_thread - len(removed)
     _, found = index.search(vecs, 1)
     expected = np.arange(threads_n * per_thread)

@@ -58,7 +58,7 @@ _ONNX_FILE = Path("onnx") / "model.onnx"
 
 
 def default_cache_dir() -> Path:
-    """Where ONNX exports are kept: ``$CACHEKIT_CACHE_DIR/models`` or ``~/.cache/cachekit/models``."""
+    """Where ONNX exports go: ``$CACHEKIT_CACHE_DIR/models``, else ``~/.cache/cachekit/models``."""
     base = os.environ.get("CACHEKIT_CACHE_DIR")
     root = Path(base) if base else Path.home() / ".cache" / "cachekit"
     return root / "models"

@@ -43,13 +43,13 @@ Device = Literal["auto", "cpu", "cuda"]
 # off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms at 10k, 2-3 ms at 20k) while
 # HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k exact search costs well under a
 # millisecond (noise next to a ~7 ms embedding), gives perfect recall and deletes for real, so the
-# index stays exact up to 8k and the one-off migration build takes ~0.5 s.
+# index stays exact up to 8k; the one-off migration build then takes ~1.5 s (under the lock).
 DEFAULT_EXACT_MAX = 8_000
 # efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms.
-# efConstruction=200 reached recall@1 1.000 at 100k where 40/80 gave 0.993-0.999, for ~15% more
-# build time.
+# efConstruction=80 gave recall@1 0.999 at 100k (200 gave 1.000, 40 gave 0.995) and builds ~2x
+# faster than 200 at 8k (1.2-1.5 s vs 2.5 s), which is the stall the migration causes.
 DEFAULT_EF_SEARCH = 64
-DEFAULT_EF_CONSTRUCTION = 200
+DEFAULT_EF_CONSTRUCTION = 80
 
 _FORMAT_VERSION = 1
 _META_FILE = "meta.json"
@@ -266,7 +266,8 @@ class FaissIndex:
                 start = len(self._label_ids)
                 self._hnsw.add(vecs)
                 self._label_ids = np.concatenate([self._label_ids, id_arr])
-                self._id_label.update(zip(id_arr.tolist(), range(start, start + len(id_arr))))
+                new_labels = range(start, start + len(id_arr))
+                self._id_label.update(zip(id_arr.tolist(), new_labels, strict=True))
                 self._maybe_compact()
             self._invalidate()
 
@@ -316,7 +317,7 @@ class FaissIndex:
         hnsw.add(np.ascontiguousarray(vecs))
         self._hnsw = hnsw
         self._label_ids = np.array(ids, dtype=np.int64, copy=True)
-        self._id_label = dict(zip(self._label_ids.tolist(), range(len(ids))))
+        self._id_label = dict(zip(self._label_ids.tolist(), range(len(ids)), strict=True))
         # The exact copy is dropped: HNSW-flat keeps its own vectors for reconstruct/rebuild.
         self._flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
 
@@ -337,7 +338,7 @@ class FaissIndex:
         out_ids = np.full((m, k), _PAD_ID, dtype=np.int64)
         if m == 0:
             return scores, out_ids
-        with self._lock.read():
+        with self._lock.read(), _omp_threads(1 if m <= _SMALL_BATCH else None):
             n = self._len()
             if n == 0:
                 return scores, out_ids
@@ -372,7 +373,7 @@ class FaissIndex:
         return gpu_index, gpu_ids
 
     def _search_hnsw(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        params = faiss.SearchParametersHNSW()
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
         params.efSearch = max(self.ef_search, k)
         if self._dead:
             selector = self._alive_selector
@@ -451,11 +452,11 @@ class FaissIndex:
             label_ids = np.load(directory / _LABELS_FILE).astype(np.int64)
             if len(label_ids) != index.ntotal:
                 raise ValueError(f"{path}: {len(label_ids)} labels for {index.ntotal} vectors")
-            index.hnsw.efSearch = obj.ef_search
+            index.hnsw.efSearch = obj.ef_search  # type: ignore[attr-defined]
             obj._hnsw = index
             obj._label_ids = label_ids
             alive = np.flatnonzero(label_ids != _PAD_ID)
-            obj._id_label = dict(zip(label_ids[alive].tolist(), alive.tolist()))
+            obj._id_label = dict(zip(label_ids[alive].tolist(), alive.tolist(), strict=True))
             obj._dead = len(label_ids) - len(alive)
             if obj.device == "cuda":
                 # GPU search is exact only; fold the graph back into a flat index.
@@ -481,3 +482,24 @@ def _atomic_write(target: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, target)
+
+
+# A cache searches a few queries at a time. For those, starting FAISS's OpenMP team and its
+# spin-waiting afterwards cost milliseconds on a small machine (measured on 2 cores: 8-11 ms
+# per single-query search with 2 threads, 0.1 ms with 1) and steal the cores the callers need.
+_SMALL_BATCH = 64
+
+
+@contextmanager
+def _omp_threads(n: int | None) -> Iterator[None]:
+    """Run FAISS with ``n`` OpenMP threads in the calling thread only (OpenMP thread counts are
+    per thread), restoring the previous count afterwards; ``None`` leaves it alone."""
+    if n is None:
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)

@@ -27,13 +27,11 @@ import heapq
 import json
 import logging
 import math
-import sys
 import threading
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,7 +115,6 @@ class SemanticTier:
         batching: bool = True,
         index_factory: Callable[[int], VectorIndex] | None = None,
         candidates: int = 4,
-        search_threads: int | None = 1,
         sync_interval_s: float = 0.1,
         stream_maxlen: int = 100_000,
     ) -> None:
@@ -131,7 +128,6 @@ class SemanticTier:
         self.ttl = ttl
         self.capacity = capacity
         self.candidates = candidates
-        self.search_threads = search_threads
         self._embedder_factory = embedder
         self._embedder: Embedder | None = None
         self._index_factory = index_factory
@@ -246,9 +242,8 @@ class SemanticTier:
             by_scope.setdefault(requests[i][0], []).append(i)
         out = [Match(None, None) for _ in requests]
         version = self.cache.version
-        with _faiss_threads(self.search_threads):
-            for scope, idxs in by_scope.items():
-                self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
+        for scope, idxs in by_scope.items():
+            self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
         return out
 
     def _search_scope(
@@ -869,27 +864,6 @@ class SemanticTier:
             more = len(messages) >= 1000
         self.purge_expired()
         return last, True, more
-
-
-@contextmanager
-def _faiss_threads(n: int | None) -> Iterator[None]:
-    """Run FAISS with ``n`` OpenMP threads in the calling thread only (OpenMP thread counts are
-    per thread), restoring the previous count afterwards.
-
-    A batch is at most ``max_batch`` small queries. With several OpenMP threads, starting the
-    team and its spin-waiting afterwards cost milliseconds per search on a small machine, and
-    steal the cores the callers need: far more than the search itself.
-    """
-    faiss = sys.modules.get("faiss")
-    if n is None or faiss is None:  # a custom index that does not use faiss
-        yield
-        return
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(n)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(previous)
 
 
 def _index_ids(index: Any) -> list[int]:
