@@ -505,6 +505,49 @@ class Cache:
         )
         return self._merge_found(fresh, rest)
 
+    def _lookup_one(self, key: CacheKey) -> _Found:
+        """:meth:`_lookup_many` for the one key of a decorated call, without the batch
+        bookkeeping, which costs as much as the rest of an L2 hit's Python work."""
+        now = self.clock()
+        self._check_version(now)
+        key, found = self._l1_one(key, now)
+        if found.status is Status.HIT or self.l2 is None:
+            return self._counted(found)
+        datas = self._l2_call(self.l2.get_many, [key.remote])
+        return self._l2_one(key, found, datas, now)
+
+    async def _alookup_one(self, key: CacheKey) -> _Found:
+        now = self.clock()
+        await self._acheck_version(now)
+        key, found = self._l1_one(key, now)
+        if found.status is Status.HIT or self.l2 is None:
+            return self._counted(found)
+        datas = await self._al2_call(self._async_l2().aget_many, [key.remote])
+        return self._l2_one(key, found, datas, now)
+
+    def _l1_one(self, key: CacheKey, now: float) -> tuple[CacheKey, _Found]:
+        if key.version != self._version:
+            key = self._current([key])[0]
+        if self.l1 is None:
+            return key, _Found(Status.MISS)
+        env = self.l1.get(key.local)
+        if env is not None and env.fresh(now):
+            self._l1c.hits += 1
+            return key, _Found(Status.HIT, env, "l1")
+        self._l1c.misses += 1
+        if env is not None and env.servable_stale(now):
+            return key, _Found(Status.STALE, env, "l1")
+        return key, _Found(Status.MISS)
+
+    def _l2_one(self, key: CacheKey, found: _Found, datas: Any, now: float) -> _Found:
+        result = [found]
+        self._l2_merge([key], result, [0], datas, now)
+        return self._counted(result[0])
+
+    def _counted(self, found: _Found) -> _Found:
+        self._count([found])
+        return found
+
     def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[int], CacheKey]:
         # Called after the lookup's version check: a key built before a bump gets the new version.
         return lambda i: self._current([keys[i]])[0]

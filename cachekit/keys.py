@@ -22,10 +22,17 @@ import inspect
 import math
 import struct
 import uuid
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ArgNormalizer", "KeyError_", "local_key", "stable_digest"]
+__all__ = [
+    "SCALAR_SIGNATURES",
+    "ArgNormalizer",
+    "KeyError_",
+    "all_scalar",
+    "local_key",
+    "stable_digest",
+]
 
 
 class KeyError_(TypeError):
@@ -153,21 +160,40 @@ def stable_digest(obj: Any) -> str:
     return hashlib.blake2b(out, digest_size=16).hexdigest()
 
 
+# Type tuples already seen to hold only scalars. A set membership test costs a third of
+# frozenset.issuperset on a tuple (which builds a temporary set); bounded by clearing.
+SCALAR_SIGNATURES: set[tuple[type, ...]] = set()
+
+
+def all_scalar(types: tuple[type, ...]) -> bool:
+    if types in SCALAR_SIGNATURES:
+        return True
+    if not _SCALARS.issuperset(types):
+        return False
+    if len(SCALAR_SIGNATURES) > 1024:
+        SCALAR_SIGNATURES.clear()
+    SCALAR_SIGNATURES.add(types)
+    return True
+
+
 def local_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A hashable typed key for plain arguments, or ``None`` when the stable digest is needed."""
     types = tuple(map(type, values))
-    if _SCALARS.issuperset(types):  # the common case, decided in C
+    if all_scalar(types):  # the common case
         return (values, types)
-    inner: list[tuple[type, ...]] = []
-    for v, t in zip(values, types, strict=True):
+    sig: list[Any] = []
+    for v in values:
+        t = type(v)
         if t is tuple:
             element_types = tuple(map(type, v))
-            if not _SCALARS.issuperset(element_types):
+            if not all_scalar(element_types):
                 return None
-            inner.append(element_types)
-        elif t not in _SCALARS:
+            sig.append(element_types)
+        elif t in _SCALARS:
+            sig.append(t)
+        else:
             return None
-    return (values, types, tuple(inner))
+    return (values, tuple(sig))
 
 
 _EMPTY = inspect.Parameter.empty

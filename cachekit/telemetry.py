@@ -103,6 +103,20 @@ class LatencySummary:
     max_ms: float | None
 
 
+class FunctionCounters:
+    """Per decorated function: L1 hits served by its fast path, and its mean compute time.
+    One increment on the hit path; :meth:`Telemetry.snapshot` folds them into the totals."""
+
+    __slots__ = ("hits", "mean")
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.mean = 0.0
+
+    def add_compute(self, seconds: float) -> None:
+        self.mean = seconds if self.mean == 0.0 else 0.9 * self.mean + 0.1 * seconds
+
+
 class TierCounters:
     """Live counters for one tier (``l1``, ``l2``, ``semantic``, ``compute``)."""
 
@@ -115,14 +129,15 @@ class TierCounters:
         self.skipped = 0  # calls not made because the circuit breaker was open
         self.latency = LatencyHistogram()
 
-    def snapshot(self) -> TierSnapshot:
-        looked = self.hits + self.misses
+    def snapshot(self, extra_hits: int = 0) -> TierSnapshot:
+        hits = self.hits + extra_hits
+        looked = hits + self.misses
         return TierSnapshot(
-            hits=self.hits,
+            hits=hits,
             misses=self.misses,
             errors=self.errors,
             skipped=self.skipped,
-            hit_rate=self.hits / looked if looked else 0.0,
+            hit_rate=hits / looked if looked else 0.0,
             latency=self.latency.summary(),
         )
 
@@ -172,6 +187,7 @@ class Telemetry:
         self.refresh_errors = 0
         self.singleflight_waits = 0
         self.serialization_errors = 0
+        self.functions: list[FunctionCounters] = []
         # Sections contributed by higher layers (feature sets, the semantic tier): name -> fn.
         self.sections: dict[str, Callable[[], dict[str, Any]]] = {}
 
@@ -181,8 +197,16 @@ class Telemetry:
             counters = self.tiers.setdefault(name, TierCounters())
         return counters
 
+    def function(self) -> FunctionCounters:
+        counters = FunctionCounters()
+        self.functions.append(counters)
+        return counters
+
     def snapshot(self, breaker_state: str | None) -> CacheStats:
-        served = self.hits + self.stale_hits
+        fast_hits = sum(f.hits for f in self.functions)
+        fast_saved = sum(f.hits * f.mean for f in self.functions)
+        hits = self.hits + fast_hits
+        served = hits + self.stale_hits
         looked = served + self.misses
         extra: dict[str, Any] = {
             "refreshes": self.refreshes,
@@ -194,13 +218,16 @@ class Telemetry:
             extra[name] = fn()
         return CacheStats(
             namespace=self.namespace,
-            hits=self.hits,
+            hits=hits,
             misses=self.misses,
             stale_hits=self.stale_hits,
             hit_rate=served / looked if looked else 0.0,
             calls_saved=served + self.singleflight_waits,
-            time_saved_s=self.time_saved,
-            tiers={name: c.snapshot() for name, c in list(self.tiers.items())},
+            time_saved_s=self.time_saved + fast_saved,
+            tiers={
+                name: c.snapshot(fast_hits if name == "l1" else 0)
+                for name, c in list(self.tiers.items())
+            },
             compute=self.compute.summary(),
             breaker_state=breaker_state,
             extra=extra,
@@ -227,13 +254,14 @@ class PrometheusCollector:
 
         p = self.prefix
         tel = self.cache._telemetry
+        snap = self.cache.stats()
         ns = tel.namespace
         for what in ("hits", "misses", "errors", "skipped"):
             fam = CounterMetricFamily(
                 f"{p}_tier_{what}", f"Lookups per tier: {what}", labels=["namespace", "tier"]
             )
-            for name, c in list(tel.tiers.items()):
-                fam.add_metric([ns, name], getattr(c, what))
+            for name, tier in snap.tiers.items():
+                fam.add_metric([ns, name], getattr(tier, what))
             yield fam
         lat = HistogramMetricFamily(
             f"{p}_tier_latency_seconds", "Latency of tier operations", labels=["namespace", "tier"]
@@ -246,17 +274,17 @@ class PrometheusCollector:
         yield lat
         totals = CounterMetricFamily(f"{p}_requests", "Cache requests by outcome",
                                      labels=["namespace", "outcome"])
-        totals.add_metric([ns, "hit"], tel.hits)
-        totals.add_metric([ns, "stale_hit"], tel.stale_hits)
-        totals.add_metric([ns, "miss"], tel.misses)
+        totals.add_metric([ns, "hit"], snap.hits)
+        totals.add_metric([ns, "stale_hit"], snap.stale_hits)
+        totals.add_metric([ns, "miss"], snap.misses)
         yield totals
         saved = CounterMetricFamily(f"{p}_time_saved_seconds",
                                     "Estimated compute time saved by hits", labels=["namespace"])
-        saved.add_metric([ns], tel.time_saved)
+        saved.add_metric([ns], snap.time_saved_s)
         yield saved
         state = GaugeMetricFamily(f"{p}_breaker_open", "1 while the Redis circuit is open",
                                   labels=["namespace"])
-        state.add_metric([ns], 1.0 if self.cache.breaker_state == "open" else 0.0)
+        state.add_metric([ns], 1.0 if snap.breaker_state == "open" else 0.0)
         yield state
 
 

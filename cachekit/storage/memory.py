@@ -57,6 +57,9 @@ class MemoryStore(Generic[V]):
         # cachetools enforces one bound (bytes, through getsizeof); the entry bound is kept here.
         self._data: LRUCache[Hashable, _Item[V]] = LRUCache(maxsize=max_bytes, getsizeof=_sizeof)
         self._lock = threading.Lock()
+        #: Lock-free raw read for hot paths that check freshness themselves: returns the stored
+        #: item (``.value``, ``.expires``, ``.size``) or raises KeyError; see :meth:`get`.
+        self.getitem: Callable[[Hashable], _Item[V]] = self._data.__getitem__
 
     def get(self, key: Hashable) -> V | None:
         # Lock-free read. LRUCache.__getitem__ mutates nothing but the recency order, through
