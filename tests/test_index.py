@@ -321,3 +321,15 @@ def test_load_rejects_torn_save(tmp_path: Path) -> None:
     (tmp_path / "index.faiss").write_bytes(faiss.serialize_index(other._flat).tobytes())
     with pytest.raises(ValueError, match="metadata says 5"):
         FaissIndex.load(tmp_path)
+
+
+def test_ef_search_grows_with_the_index_unless_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    auto = FaissIndex(8)
+    for n, expected in ((10, 64), (100_000, 64), (300_000, 192), (1_000_000, 512), (10**8, 512)):
+        monkeypatch.setattr(auto, "_len", lambda n=n: n)
+        assert auto.effective_ef_search() == expected
+    pinned = FaissIndex(8, ef_search=32)
+    monkeypatch.setattr(pinned, "_len", lambda: 1_000_000)
+    assert pinned.effective_ef_search() == 32
+    with pytest.raises(ValueError):
+        FaissIndex(8, ef_search=0)

@@ -49,6 +49,13 @@ DEFAULT_EXACT_MAX = 8_000
 # efConstruction=80 gave recall@1 0.999 at 100k (200 gave 1.000, 40 gave 0.995) and builds ~2x
 # faster than 200 at 8k (1.2-1.5 s vs 2.5 s), which is the stall the migration causes.
 DEFAULT_EF_SEARCH = 64
+# With real queries against dense clusters of paraphrases, a fixed efSearch loses accuracy as the
+# graph grows: at 1M entries efSearch=64 made a different hit/miss decision than exact search
+# for 8% of lookups, 512 for 1% (~1 ms per search, next to a ~8 ms embedding); at 100k, 64 made
+# the same decisions as exact (bench/semantic_latency.py --ef). So by default efSearch grows
+# linearly from 64 at 100k entries, capped at 512.
+_EF_PER_ENTRY = DEFAULT_EF_SEARCH / 100_000
+_MAX_AUTO_EF_SEARCH = 512
 DEFAULT_EF_CONSTRUCTION = 80
 
 _FORMAT_VERSION = 1
@@ -148,7 +155,7 @@ class FaissIndex:
         *,
         exact_max: int = DEFAULT_EXACT_MAX,
         hnsw_m: int = 32,
-        ef_search: int = DEFAULT_EF_SEARCH,
+        ef_search: int | None = None,
         ef_construction: int = DEFAULT_EF_CONSTRUCTION,
         device: Device = "cpu",
         rebuild_fraction: float = 0.25,
@@ -157,14 +164,15 @@ class FaissIndex:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         if exact_max < 0:
             raise ValueError(f"exact_max must be >= 0, got {exact_max}")
-        if hnsw_m < 2 or ef_search < 1 or ef_construction < 1:
+        if hnsw_m < 2 or (ef_search is not None and ef_search < 1) or ef_construction < 1:
             raise ValueError("hnsw_m must be >= 2 and ef_search, ef_construction >= 1")
         if not 0.0 < rebuild_fraction <= 1.0:
             raise ValueError(f"rebuild_fraction must be in (0, 1], got {rebuild_fraction}")
         self.dim = int(dim)
         self.exact_max = int(exact_max)
         self.hnsw_m = int(hnsw_m)
-        self.ef_search = int(ef_search)
+        #: None: grows with the index (see _EF_PER_ENTRY); an int pins it.
+        self.ef_search = None if ef_search is None else int(ef_search)
         self.ef_construction = int(ef_construction)
         self.rebuild_fraction = float(rebuild_fraction)
         self.device: Literal["cpu", "cuda"] = _resolve_device(device)
@@ -313,7 +321,6 @@ class FaissIndex:
             return
         hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = self.ef_construction
-        hnsw.hnsw.efSearch = self.ef_search
         hnsw.add(np.ascontiguousarray(vecs))
         self._hnsw = hnsw
         self._label_ids = np.array(ids, dtype=np.int64, copy=True)
@@ -372,9 +379,16 @@ class FaissIndex:
             self._gpu_index, self._gpu_ids = gpu_index, gpu_ids
         return gpu_index, gpu_ids
 
+    def effective_ef_search(self) -> int:
+        """The efSearch an HNSW search uses now."""
+        if self.ef_search is not None:
+            return self.ef_search
+        grown = int(self._len() * _EF_PER_ENTRY)
+        return max(DEFAULT_EF_SEARCH, min(_MAX_AUTO_EF_SEARCH, grown))
+
     def _search_hnsw(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(self.ef_search, k)
+        params.efSearch = max(self.effective_ef_search(), k)
         if self._dead:
             selector = self._alive_selector
             if selector is None:
@@ -438,7 +452,7 @@ class FaissIndex:
             int(meta["dim"]),
             exact_max=int(meta["exact_max"]),
             hnsw_m=int(meta["hnsw_m"]),
-            ef_search=int(meta["ef_search"]),
+            ef_search=None if meta["ef_search"] is None else int(meta["ef_search"]),
             ef_construction=int(meta["ef_construction"]),
             device=device,
             rebuild_fraction=float(meta["rebuild_fraction"]),
@@ -452,7 +466,6 @@ class FaissIndex:
             label_ids = np.load(directory / _LABELS_FILE).astype(np.int64)
             if len(label_ids) != index.ntotal:
                 raise ValueError(f"{path}: {len(label_ids)} labels for {index.ntotal} vectors")
-            index.hnsw.efSearch = obj.ef_search  # type: ignore[attr-defined]
             obj._hnsw = index
             obj._label_ids = label_ids
             alive = np.flatnonzero(label_ids != _PAD_ID)

