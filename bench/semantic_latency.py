@@ -83,9 +83,10 @@ def filler(base: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def tier_index(answer: Any, scope: str) -> Any:
-    """The tier's vector index for ``scope`` (a FaissIndex), for the search-only timing. The tier
-    has no public accessor for it, hence the private attribute."""
-    return answer.tier._indexes[scope]
+    """The tier's vector index for ``scope`` (a FaissIndex), for the search-only timing."""
+    index = answer.tier.index(scope)
+    assert index is not None, 'the scope holds entries'
+    return index
 
 
 def approx_quality(

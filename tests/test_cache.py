@@ -4,20 +4,11 @@ import asyncio
 import inspect
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.testing import ManualClock
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.001)  # a poll interval, not a wait for an event
+from cachekit.testing import ManualClock, wait_until
 
 
 @pytest.fixture

@@ -7,20 +7,14 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from cachekit import Cache, Status
+from cachekit.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)  # poll interval
 
 
 def ns() -> str:

@@ -13,15 +13,7 @@ from redis_servers import RedisServer
 from cachekit import Cache
 from cachekit.features import FeatureBatch, FeatureResult, PartialLoadError
 from cachekit.storage.memory import MemoryTier
-from cachekit.testing import ManualClock
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.001)  # a poll interval, not a wait for an event
+from cachekit.testing import ManualClock, wait_until
 
 
 async def async_wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:

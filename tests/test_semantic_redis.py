@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from cachekit import Cache, Status
 from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,14 +28,6 @@ def topic(i: int) -> str:
     return f"tell me about the {WORDS[i]} and the {WORDS[(i + 7) % len(WORDS)]}"
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> float:
-    """Poll ``cond`` until true; returns the seconds it took. Fails at the deadline."""
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)  # poll interval
-    return time.monotonic() - start
 
 
 def ns() -> str:

@@ -69,7 +69,7 @@ def make_semantic(
     version: str | int | None = None,
     capacity: int = 100_000,
     max_batch: int = 64,
-    max_wait_ms: float = 2.0,
+    max_wait_ms: float = 0.0,
     batching: bool = True,
     cache_none: bool = False,
     index_factory: Callable[[int], VectorIndex] | None = None,

@@ -111,7 +111,7 @@ class SemanticTier:
         ttl: float | None,
         capacity: int = 100_000,
         max_batch: int = 64,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
         batching: bool = True,
         index_factory: Callable[[int], VectorIndex] | None = None,
         candidates: int = 4,
