@@ -11,10 +11,12 @@ import time
 from cachekit import Cache, Status
 
 QUESTIONS = [
-    ("How can I lose weight fast?", "What is the fastest way to lose weight?"),
+    ("How do I reset my router password?", "How can I reset the password of my router?"),
     ("How do I learn Python quickly?", "What is the quickest way to learn Python?"),
     ("What is the capital of France?", "Which city is the capital of France?"),
 ]
+# Related but different: the answer to the Python question must not be served for it.
+NEAR_MISS = "How do I learn Java quickly?"
 UNRELATED = "How do I change a flat tyre on a bicycle?"
 
 
@@ -54,9 +56,12 @@ def run_demo(semantic: bool = True) -> int:
                       f" from {r.matched_text!r}")
             other_model = answer.lookup(QUESTIONS[0][1], model="gpt-4.1")
             print(f"  same paraphrase, model gpt-4.1 -> {other_model.status.value} (scope)")
+            near = answer.lookup(NEAR_MISS, model="gpt-4o-mini")
+            print(f"  {NEAR_MISS!r} -> {near.status.value} (similarity {near.similarity:.3f}:"
+                  " a different question)")
             unrelated = answer.lookup(UNRELATED, model="gpt-4o-mini")
             print(f"  {UNRELATED!r} -> {unrelated.status.value}")
-            ok = other_model.status is Status.MISS and unrelated.status is Status.MISS
+            ok = all(s is Status.MISS for s in (other_model.status, near.status, unrelated.status))
         finally:
             answer.close()
     else:
@@ -70,5 +75,7 @@ def run_demo(semantic: bool = True) -> int:
     print(f"  l1: hits={l1.hits} misses={l1.misses} p50={l1.latency.p50_ms} ms")
     for name, section in s.extra.items():
         if name.startswith("semantic:"):
-            print(f"  {name}: {section}")
+            print(f"  semantic: lookups={section['lookups']} semantic_hits="
+                  f"{section['semantic_hits']} embed p50={section['embed_p50_ms']:.1f} ms "
+                  f"search p50={section['search_p50_ms']:.2f} ms policy={section['policy']}")
     return 0 if ok else 1
