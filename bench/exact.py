@@ -7,7 +7,8 @@
   redis-server this script starts on a free port;
 * miss overhead (lookup + store) vs calling the function bare, L1 only and with Redis.
 
-Per-call times are medians over ``--reps`` repetitions of ``--number`` calls.
+Per-call times are medians over ``--reps`` repetitions of ``--number`` calls; the repetitions of
+cachekit and of its baseline are interleaved.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def per_call(fn: Callable[[], object], number: int, reps: int) -> float:
     return statistics.median(runs) / number
 
 
+def paired(
+    ours: Callable[[], object], base: Callable[[], object], number: int, reps: int
+) -> tuple[float, float]:
+    """Median seconds per call of each, their repetitions interleaved (alternating which goes
+    first), so drift on a shared machine hits both sides alike."""
+    ours(), base()
+    t_ours: list[float] = []
+    t_base: list[float] = []
+    for r in range(reps):
+        order = ((ours, t_ours), (base, t_base)) if r % 2 else ((base, t_base), (ours, t_ours))
+        for fn, acc in order:
+            acc.append(timeit.timeit(fn, number=number) / number)
+    return statistics.median(t_ours), statistics.median(t_base)
+
+
 def row(name: str, ours: float, base_name: str, base: float, target: str) -> str:
     return (f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | "
             f"{ours / base:.2f}x | {target} |")
@@ -59,8 +75,9 @@ def main() -> None:
     ours = cache.cached(ttl=300)(model)
     theirs = cachetools.cached(cachetools.TTLCache(maxsize=10_000, ttl=300))(model)
     for label, call_args in (("scalar args `f(42)`", (42,)), ("tuple of 8 floats", (features,))):
-        t_ours = per_call(lambda a=call_args: ours(*a), number, reps)
-        t_theirs = per_call(lambda a=call_args: theirs(*a), number, reps)
+        t_ours, t_theirs = paired(
+            lambda a=call_args: ours(*a), lambda a=call_args: theirs(*a), number, reps
+        )
         rows.append(row(f"L1 hit, {label}", t_ours, "cachetools.cached (TTLCache)", t_theirs,
                         "<= 1.5x"))
 
@@ -80,8 +97,7 @@ def main() -> None:
 
         assert baseline() == value
         n_l2 = max(number // 20, 200)
-        t_l2 = per_call(lambda: l2(features), n_l2, reps)
-        t_raw = per_call(baseline, n_l2, reps)
+        t_l2, t_raw = paired(lambda: l2(features), baseline, n_l2, reps)
         rows.append(row("L2 hit (l1=False)", t_l2, "redis-py GET + msgpack decode", t_raw,
                         "<= 1.3x"))
 

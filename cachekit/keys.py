@@ -176,11 +176,15 @@ def all_scalar(types: tuple[type, ...]) -> bool:
     return True
 
 
-def local_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """A hashable typed key for plain arguments, or ``None`` when the stable digest is needed."""
-    types = tuple(map(type, values))
-    if all_scalar(types):  # the common case
-        return (values, types)
+def local_key(
+    values: tuple[Any, ...], types: tuple[type, ...] | None = None
+) -> tuple[Any, ...] | None:
+    """A hashable typed key for plain arguments, or ``None`` when the stable digest is needed.
+    ``types`` (the values' types) may be passed by a caller that has them already."""
+    if types is None:
+        types = tuple(map(type, values))
+        if all_scalar(types):  # the common case
+            return (values, types)
     sig: list[Any] = []
     for v in values:
         t = type(v)
