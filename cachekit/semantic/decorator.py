@@ -255,7 +255,7 @@ def _make(
             scope_key, t = split(args, kwargs)
             k = exact_key(scope_key, t)
             tier.lookups += 1
-            hit = exact_result(k, cache._lookup_many([k])[0])
+            hit = exact_result(k, cache._lookup_one(k))
             if hit is not None:
                 return hit, k, scope_key, t
             if not t:  # an empty text is compared exactly only: it means nothing to embed
@@ -330,7 +330,7 @@ def _make(
             scope_key, t = split(args, kwargs)
             k = exact_key(scope_key, t)
             tier.lookups += 1
-            hit = exact_result(k, (await cache._alookup_many([k]))[0])
+            hit = exact_result(k, await cache._alookup_one(k))
             if hit is not None:
                 return hit, k, scope_key, t
             if not t:
