@@ -116,7 +116,10 @@ def split(pairs: list[Pair], tune_fraction: float, seed: int) -> tuple[list[Pair
 
 
 def make_embedder(backend: str) -> CachedEmbedder:
-    inner = SentenceTransformerEmbedder(backend=backend)  # type: ignore[arg-type]
+    if backend == "onnx-int8":
+        inner = SentenceTransformerEmbedder(backend="onnx", quantize="int8")
+    else:
+        inner = SentenceTransformerEmbedder(backend=backend)  # type: ignore[arg-type]
     inner.load()
     return CachedEmbedder(inner, max_entries=50_000)
 
@@ -255,7 +258,7 @@ def default_threshold() -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pairs", type=Path, help="labelled pairs (JSON lines: query, cached, duplicate)")
-    p.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    p.add_argument("--backend", choices=["onnx", "onnx-int8", "torch"], default="onnx")
     p.add_argument(
         "--compare",
         choices=["onnx", "torch"],

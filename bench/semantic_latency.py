@@ -112,7 +112,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pairs", type=Path, help="pair file whose texts are used (query, cached)")
     p.add_argument("--sizes", default="10000,100000,1000000")
-    p.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    p.add_argument("--backend", choices=["onnx", "onnx-int8", "torch"], default="onnx")
     p.add_argument("--queries", type=int, default=300, help="timed lookups per size")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--search-queries", type=int, default=300)
@@ -146,7 +146,10 @@ def main() -> None:
     if need > len(novel):
         raise SystemExit(f"{need} novel queries needed, the pair file has {len(novel)}")
 
-    embedder = SentenceTransformerEmbedder(backend=args.backend).load()
+    if args.backend == "onnx-int8":
+        embedder = SentenceTransformerEmbedder(backend="onnx", quantize="int8").load()
+    else:
+        embedder = SentenceTransformerEmbedder(backend=args.backend).load()
     baseline = torch_model()
     t0 = time.perf_counter()
     real = embedder.embed(cached)

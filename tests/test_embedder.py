@@ -377,3 +377,29 @@ def test_auto_falls_back_to_torch(
     assert emb.backend == "torch" and emb.name == "all-MiniLM-L6-v2:torch"
     assert "simulated" in caplog.text
     np.testing.assert_allclose(emb.embed(["x"]), torch_embedder.embed(["x"]), atol=1e-6)
+
+
+def test_quantize_argument_is_validated() -> None:
+    with pytest.raises(ValueError, match="ONNX"):
+        SentenceTransformerEmbedder(backend="torch", quantize="int8")
+    with pytest.raises(ValueError, match="quantize"):
+        SentenceTransformerEmbedder(quantize="int4")  # type: ignore[arg-type]
+
+
+@pytest.mark.model
+def test_int8_embedder_is_close_to_fp32_and_made_once(
+    onnx_embedder: SentenceTransformerEmbedder, onnx_cache: Path
+) -> None:
+    q = SentenceTransformerEmbedder(backend="onnx", quantize="int8", cache_dir=onnx_cache).load()
+    assert q.name == "all-MiniLM-L6-v2:onnx-int8" != onnx_embedder.name
+    texts = ["How do I reset my router password?", "What is the capital of France?"]
+    a, b = onnx_embedder.embed(texts), q.embed(texts)
+    assert b.shape == a.shape and b.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    cosines = np.sum(a * b, axis=1)
+    assert (cosines > 0.97).all() and (cosines < 0.99999).all()  # close, but not the same model
+    made = list((q.onnx_export_dir / "onnx").glob("model_*int8*.onnx"))
+    assert len(made) == 1
+    mtime = made[0].stat().st_mtime_ns
+    SentenceTransformerEmbedder(backend="onnx", quantize="int8", cache_dir=onnx_cache).load()
+    assert made[0].stat().st_mtime_ns == mtime

