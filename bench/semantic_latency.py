@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import shlex
@@ -40,6 +39,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+from _data import load_texts  # type: ignore[import-not-found]
 
 from cachekit import Cache
 from cachekit.semantic.embedder import SentenceTransformerEmbedder
@@ -53,18 +53,6 @@ CHUNK = 50_000
 def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(xs, p))
 
-
-def load_texts(path: Path) -> tuple[list[str], list[str]]:
-    cached: dict[str, None] = {}
-    queries: dict[str, None] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                cached[row["cached"]] = None
-                queries[row["query"]] = None
-    novel = [q for q in queries if q not in cached]
-    return list(cached), novel
 
 
 def torch_model() -> Any:

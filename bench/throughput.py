@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -38,6 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+from _data import load_texts  # type: ignore[import-not-found]
 
 from cachekit import Cache
 from cachekit.semantic.embedder import SentenceTransformerEmbedder
@@ -45,17 +45,6 @@ from cachekit.semantic.index import FaissIndex
 
 SCOPE_MODEL = "bench"
 
-
-def load_texts(path: Path) -> tuple[list[str], list[str]]:
-    cached: dict[str, None] = {}
-    queries: dict[str, None] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                cached[row["cached"]] = None
-                queries[row["query"]] = None
-    return list(cached), [q for q in queries if q not in cached]
 
 
 def torch_model() -> Any:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +107,19 @@ def redis_cluster() -> Iterator[RedisCluster]:
 def key_prefix() -> str:
     """A prefix unique to this test, for servers shared between tests."""
     return f"ck-test:{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Any], Any]]:
+    """Register decorated functions whose background threads (and caches) must stop after the
+    test; returns what it is given."""
+    made: list[Any] = []
+
+    def register(fn: Any) -> Any:
+        made.append(fn)
+        return fn
+
+    yield register
+    for fn in made:
+        fn.close()
+        fn.cache.close()

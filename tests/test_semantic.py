@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +52,6 @@ def paraphrase(i: int) -> str:
 def emb() -> DeterministicTestEmbedder:
     return DeterministicTestEmbedder()
 
-
-@pytest.fixture
-def closing() -> Iterator[Callable[[Any], Any]]:
-    """Register decorated functions whose background threads must stop after the test."""
-    made: list[Any] = []
-
-    def register(fn: Any) -> Any:
-        made.append(fn)
-        return fn
-
-    yield register
-    for fn in made:
-        fn.close()
 
 
 def make_answer(cache: Cache, emb: Any, closing: Callable[[Any], Any], **kw: Any) -> Any:

@@ -6,11 +6,9 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cachekit import Cache, Status
 from cachekit.semantic.testing import DeterministicTestEmbedder
@@ -33,19 +31,6 @@ def topic(i: int) -> str:
 def ns() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
-
-@pytest.fixture
-def closing() -> Iterator[Callable[[Any], Any]]:
-    made: list[Any] = []
-
-    def register(fn: Any) -> Any:
-        made.append(fn)
-        return fn
-
-    yield register
-    for fn in made:
-        fn.close()
-        fn.cache.close()
 
 
 def make_answer(url: str, namespace: str, closing: Callable[[Any], Any], *,
