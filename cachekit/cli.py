@@ -28,8 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cachekit.demo import run_demo
 
         return run_demo(semantic=not args.no_semantic)
-    parser.print_help()
-    return 0
+    # No command is a usage error, as argparse's own are: exit 2, help on stderr.
+    parser.print_help(sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
