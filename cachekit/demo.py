@@ -20,6 +20,13 @@ NEAR_MISS = "How do I learn Java quickly?"
 UNRELATED = "How do I change a flat tyre on a bicycle?"
 
 
+def _ms(value: float | None) -> str:
+    """A latency for people: three significant digits, µs below a millisecond."""
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.3g} µs" if value < 1.0 else f"{value:.3g} ms"
+
+
 def run_demo(semantic: bool = True) -> int:
     cache = Cache(namespace="demo")
     model_calls: list[str] = []
@@ -72,7 +79,7 @@ def run_demo(semantic: bool = True) -> int:
     print(f"  hits={s.hits} misses={s.misses} hit_rate={s.hit_rate:.2f} "
           f"calls_saved={s.calls_saved} time_saved={s.time_saved_s * 1e3:.1f} ms")
     l1 = s.tiers["l1"]
-    print(f"  l1: hits={l1.hits} misses={l1.misses} p50={l1.latency.p50_ms} ms")
+    print(f"  l1: hits={l1.hits} misses={l1.misses} p50={_ms(l1.latency.p50_ms)}")
     for name, section in s.extra.items():
         if name.startswith("semantic:"):
             print(f"  semantic: lookups={section['lookups']} semantic_hits="
