@@ -33,10 +33,10 @@ def test_a_mixed_faiss_install_is_refused(tmp_path) -> None:  # type: ignore[no-
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: faiss-gpu\nVersion: 1.0\n")
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "from cachekit.extras import check_faiss_distributions\n"
         "try:\n    check_faiss_distributions()\nexcept ImportError as e:\n    print(e)\n"
-    ) % str(tmp_path)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "faiss-cpu and faiss-gpu are installed" in out.stdout
     assert "pip uninstall -y faiss-cpu" in out.stdout
