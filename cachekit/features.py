@@ -3,7 +3,7 @@
 ``cache.features("user", loader=load_users, ttl=60, version=3)`` returns a :class:`FeatureSet`.
 ``get_many(ids)`` answers what it can from L1, then looks the rest up in L2 in one round trip,
 then calls the loader once for what is still missing; every tier, TTL, fail-open and
-serialization rule is the cache's (:meth:`cachekit.Cache._lookup_many_lazy` and friends). What
+serialization rule is the engine's (:meth:`cachekit.engine.Engine.lookup_lazy` and friends). What
 this module adds is the translation between entity ids and cache keys, the loader contract,
 negative entries for ids the loader does not know, and sharing of in-flight loads per id between
 overlapping requests.
@@ -34,13 +34,13 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cachekit.cache import CacheKey, Status, StoreItem
 from cachekit.keys import stable_digest
 from cachekit.telemetry import LatencyHistogram
+from cachekit.types import CacheKey, Found, Status, StoreItem
 
 if TYPE_CHECKING:
-    from cachekit.cache import Cache, _Found
-    from cachekit.serialization import Envelope
+    from cachekit.engine import Engine
+    from cachekit.types import Envelope
 
 __all__ = ["FeatureBatch", "FeatureResult", "FeatureSet", "PartialLoadError"]
 
@@ -158,7 +158,7 @@ class FeatureSet:
 
     def __init__(
         self,
-        cache: Cache,
+        engine: Engine,
         name: str,
         *,
         loader: Callable[[list[Any]], Any],
@@ -185,7 +185,7 @@ class FeatureSet:
             raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
         if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
             raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
-        self.cache = cache
+        self.engine = engine
         self.name = name
         self.version = version
         self.loader = loader
@@ -212,10 +212,10 @@ class FeatureSet:
         self._refreshing: set[Hashable] = set()
 
         section = f"features:{name}"
-        stats = cache._telemetry.sections.get(section)
+        stats = engine.telemetry.sections.get(section)
         if not isinstance(stats, _FeatureStats):
             stats = _FeatureStats()
-            cache._telemetry.sections[section] = stats
+            engine.telemetry.sections[section] = stats
         self._stats = stats
         self._c = stats.c
 
@@ -265,7 +265,7 @@ class FeatureSet:
             part = "h" + val
         else:
             part = "h" + stable_digest(entity_id)
-        return self.cache.make_key("feat", self._kname, part, local)
+        return self.engine.make_key("feat", self._kname, part, local)
 
     def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
         """Validated distinct ids in request order, their local keys, and the request size."""
@@ -295,7 +295,7 @@ class FeatureSet:
         uids: list[Any],
         locals_: list[Hashable],
         fresh: list[Envelope | None],
-        rest: dict[int, tuple[CacheKey, _Found]],
+        rest: dict[int, tuple[CacheKey, Found]],
     ) -> tuple[list[Any], list[int], list[int], list[_Item], list[_Item]]:
         """Values by index, the indexes known absent, the indexes to load and their items, and
         the items to refresh."""
@@ -380,7 +380,7 @@ class FeatureSet:
         c.unique += len(uids)
         if not uids:
             return FeatureBatch()
-        fresh, rest = self.cache._lookup_many_lazy(
+        fresh, rest = self.engine.lookup_lazy(
             locals_, lambda i: self._key(locals_[i], uids[i])
         )
         vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
@@ -398,7 +398,7 @@ class FeatureSet:
         c.unique += len(uids)
         if not uids:
             return FeatureBatch()
-        fresh, rest = await self.cache._alookup_many_lazy(
+        fresh, rest = await self.engine.alookup_lazy(
             locals_, lambda i: self._key(locals_[i], uids[i])
         )
         vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
@@ -436,7 +436,7 @@ class FeatureSet:
         self, chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
     ) -> tuple[dict[Hashable, Any], list[StoreItem]]:
         """Per-id outcomes of one loader call and the entries to store for them."""
-        resolve = self.cache._resolve_ttl
+        resolve = self.engine.resolve_ttl
         outcomes: dict[Hashable, Any] = {}
         store: list[StoreItem] = []
         loaded = absent = 0
@@ -460,7 +460,7 @@ class FeatureSet:
         c = self._c
         c.loaded += loaded
         c.negative_stored += absent
-        self.cache._telemetry.misses += len(chunk)
+        self.engine.telemetry.misses += len(chunk)
         return outcomes, store
 
     def _call_loader(self, ids: list[Any]) -> Any:
@@ -499,10 +499,10 @@ class FeatureSet:
             c.loader_errors += 1
             raise
         finally:
-            self.cache._telemetry.compute.record(time.perf_counter() - t0)
+            self.engine.telemetry.compute.record(time.perf_counter() - t0)
         outcomes, store = self._outcomes(chunk, found, failed)
         if store:
-            self.cache._store_many(store)
+            self.engine.store_many(store)
         return outcomes
 
     async def _aload_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
@@ -518,10 +518,10 @@ class FeatureSet:
             c.loader_errors += 1
             raise
         finally:
-            self.cache._telemetry.compute.record(time.perf_counter() - t0)
+            self.engine.telemetry.compute.record(time.perf_counter() - t0)
         outcomes, store = self._outcomes(chunk, found, failed)
         if store:
-            await self.cache._astore_many(store)
+            await self.engine.astore_many(store)
         return outcomes
 
     def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
@@ -541,7 +541,7 @@ class FeatureSet:
                     waits[item[0]] = other
         if waits:
             self._c.shared += len(waits)
-            self.cache._telemetry.singleflight_waits += len(waits)
+            self.engine.telemetry.singleflight_waits += len(waits)
         own: dict[Hashable, Any] = {}
         if mine:
             try:
@@ -583,7 +583,7 @@ class FeatureSet:
                 waits[item[0]] = other
         if waits:
             self._c.shared += len(waits)
-            self.cache._telemetry.singleflight_waits += len(waits)
+            self.engine.telemetry.singleflight_waits += len(waits)
         own: dict[Hashable, Any] = {}
         if mine:
             try:
@@ -641,7 +641,7 @@ class FeatureSet:
             finally:
                 self._release_refresh(todo)
 
-        if not self.cache._refresh_in_background(("feat", self._kname, id(todo)), work):
+        if not self.engine.refresh_in_background(("feat", self._kname, id(todo)), work):
             self._release_refresh(todo)
 
     def _arefresh(self, stale: list[_Item]) -> None:
@@ -655,7 +655,7 @@ class FeatureSet:
             finally:
                 self._release_refresh(todo)
 
-        if not self.cache._arefresh_in_background(("feat", self._kname, id(todo)), work):
+        if not self.engine.arefresh_in_background(("feat", self._kname, id(todo)), work):
             self._release_refresh(todo)
 
     # ------------------------------------------------------------------ writes
@@ -671,7 +671,7 @@ class FeatureSet:
         entity_ids = list(features)
         locals_ = self._local_keys(entity_ids)
         keys = [self._key(lk, i) for lk, i in zip(locals_, entity_ids, strict=True)]
-        resolve = self.cache._resolve_ttl
+        resolve = self.engine.resolve_ttl
         return [
             (k, v, resolve(self.ttl, self.jitter), self.stale_ttl, None)
             for k, v in zip(keys, features.values(), strict=True)
@@ -681,20 +681,20 @@ class FeatureSet:
         """Forget ``ids`` in every tier (positive and negative entries alike)."""
         keys = self._keys(ids)
         if keys:
-            self.cache._delete_many(keys)
+            self.engine.delete_many(keys)
 
     async def ainvalidate(self, ids: Iterable[Any]) -> None:
         keys = self._keys(ids)
         if keys:
-            await self.cache._adelete_many(keys)
+            await self.engine.adelete_many(keys)
 
     def prime(self, features: Mapping[Any, Any]) -> int:
         """Store ``{id: features}`` as if the loader had returned them; returns how many could
         be stored."""
-        return sum(self.cache._store_many(self._prime_items(features)))
+        return sum(self.engine.store_many(self._prime_items(features)))
 
     async def aprime(self, features: Mapping[Any, Any]) -> int:
-        return sum(await self.cache._astore_many(self._prime_items(features)))
+        return sum(await self.engine.astore_many(self._prime_items(features)))
 
     def stats(self) -> dict[str, Any]:
         """This feature set's telemetry section (also in ``cache.stats().extra``)."""

@@ -48,9 +48,10 @@ from cachekit.serialization import (
     encode_envelope,
 )
 from cachekit.telemetry import LatencyHistogram
+from cachekit.types import FAILED
 
 if TYPE_CHECKING:
-    from cachekit.cache import Cache
+    from cachekit.engine import Engine
     from cachekit.protocols import Embedder, VectorIndex
 
 __all__ = ["Match", "SemanticEntry", "SemanticTier", "entry_id"]
@@ -103,7 +104,7 @@ class SemanticTier:
 
     def __init__(
         self,
-        cache: Cache,
+        engine: Engine,
         name: str,
         *,
         embedder: Callable[[], Embedder],
@@ -122,7 +123,7 @@ class SemanticTier:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates!r}")
-        self.cache = cache
+        self.engine = engine
         self.name = name
         self.policy = policy
         self.ttl = ttl
@@ -135,7 +136,7 @@ class SemanticTier:
         self._entries: OrderedDict[int, SemanticEntry] = OrderedDict()
         self._indexes: dict[str, VectorIndex] = {}
         self._expiry: list[tuple[float, int]] = []
-        self._seen_version = cache.version
+        self._seen_version = engine.version
 
         self.batcher: MicroBatcher[tuple[str, str], Match] | None = (
             MicroBatcher(
@@ -163,8 +164,8 @@ class SemanticTier:
         self._min_similarity: float | None = None
 
         # Redis sharing (only with a Redis shared tier).
-        self._redis = _redis_tier(cache)
-        self._base = f"{cache.key_prefix}:{cache.namespace}:sem:{name}"
+        self._redis = _redis_tier(engine)
+        self._base = f"{engine.key_prefix}:{engine.namespace}:sem:{name}"
         self._log_key = f"{self._base}:log"
         # A token that lives as long as Redis keeps this tier's data: a restart or a flush
         # loses it, which tells the sync thread its index no longer matches and must be rebuilt
@@ -223,7 +224,7 @@ class SemanticTier:
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
-        now = self.cache.clock()
+        now = self.engine.clock()
         self.purge_expired(now)
         if not requests:
             return []
@@ -241,7 +242,7 @@ class SemanticTier:
         for i in wanted:
             by_scope.setdefault(requests[i][0], []).append(i)
         out = [Match(None, None) for _ in requests]
-        version = self.cache.version
+        version = self.engine.version
         for scope, idxs in by_scope.items():
             self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
         return out
@@ -302,7 +303,7 @@ class SemanticTier:
 
     def decode(self, entry: SemanticEntry) -> Envelope | None:
         try:
-            return decode_envelope(self.cache.serializer, entry.value)
+            return decode_envelope(self.engine.serializer, entry.value)
         except SerializationError as exc:
             self.errors += 1
             log.warning("cachekit: unreadable semantic entry %d treated as a miss: %s",
@@ -371,9 +372,9 @@ class SemanticTier:
         encoded: bool,
     ) -> int:
         self.start()
-        ttl = self.cache._resolve_ttl(ttl if ttl is not None else self.ttl)
-        now = self.cache.clock()
-        ns_version = self.cache.version
+        ttl = self.engine.resolve_ttl(ttl if ttl is not None else self.ttl)
+        now = self.engine.clock()
+        ns_version = self.engine.version
         entries: list[SemanticEntry] = []
         rows: list[int] = []
         for row, (scope, text, value) in enumerate(items):
@@ -383,10 +384,10 @@ class SemanticTier:
                 data = value
             else:
                 try:
-                    data = encode_envelope(self.cache.serializer,
+                    data = encode_envelope(self.engine.serializer,
                                            Envelope(value, now, ttl, 0.0, version))
                 except SerializationError as exc:
-                    self.cache._telemetry.serialization_errors += 1
+                    self.engine.telemetry.serialization_errors += 1
                     log.warning("cachekit: not caching semantic entry: %s", exc)
                     continue
             expires = None if ttl is None else now + ttl
@@ -466,7 +467,7 @@ class SemanticTier:
 
     def purge_expired(self, now: float | None = None) -> int:
         """Remove expired entries (and those of a retired namespace version) from the index."""
-        now = self.cache.clock() if now is None else now
+        now = self.engine.clock() if now is None else now
         gone: list[SemanticEntry] = []
         with self._lock:
             heap = self._expiry
@@ -477,7 +478,7 @@ class SemanticTier:
                     del self._entries[id_]
                     gone.append(e)
             self.expirations += len(gone)
-            version = self.cache.version
+            version = self.engine.version
             if version != self._seen_version:
                 self._seen_version = version
                 stale = [e for e in self._entries.values() if e.version != version]
@@ -546,7 +547,7 @@ class SemanticTier:
         for scope, sub in meta["scopes"].items():
             indexes[scope] = self._load_index(root / "scopes" / sub)
         rows = msgpack.unpackb((root / "entries.msgpack").read_bytes(), raw=False)
-        now = self.cache.clock()
+        now = self.engine.clock()
         stamp = time.monotonic()
         with self._lock:
             self.clear()
@@ -558,7 +559,7 @@ class SemanticTier:
                     heapq.heappush(self._expiry, (expires, id_))
             # Versions are per cache instance; what was saved belongs to this one now.
             for e in self._entries.values():
-                e.version = self.cache.version
+                e.version = self.engine.version
             for scope, index in list(indexes.items()):
                 from_index = set(_index_ids(index))
                 known = {e.id for e in self._entries.values() if e.scope == scope}
@@ -696,8 +697,8 @@ class SemanticTier:
                                             "ids": " ".join(str(e.id) for e in chunk)},
                             maxlen=self._stream_maxlen, approximate=True)
 
-            ok = self.cache._l2_call(write)
-            if ok is not _failed():
+            ok = self.engine.l2_call(write)
+            if ok is not FAILED:
                 for e in chunk:
                     e.shared = True
 
@@ -713,12 +714,12 @@ class SemanticTier:
                                             "ids": " ".join(map(str, chunk))},
                             maxlen=self._stream_maxlen, approximate=True)
 
-            self.cache._l2_call(delete)
+            self.engine.l2_call(delete)
 
     def _fetch(self, client: Any, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]]:
         """HGETALL the entries (missing and expired ones are skipped). Raises on Redis errors."""
         out: list[tuple[SemanticEntry, np.ndarray]] = []
-        now = self.cache.clock()
+        now = self.engine.clock()
         emb = self.embedder.name
         for start in range(0, len(ids), _REDIS_CHUNK):
             chunk = ids[start : start + _REDIS_CHUNK]
@@ -835,11 +836,10 @@ class SemanticTier:
     def _sync_step(self, last: bytes | None) -> tuple[bytes | None, bool, bool]:
         """One poll: ``(stream id to go on from, succeeded, more messages waiting)``."""
         assert self._redis is not None
-        failed = _failed()
         client = self._redis.client
         if last is None:
-            got = self.cache._l2_call(self._resync, client)
-            if got is failed:
+            got = self.engine.l2_call(self._resync, client)
+            if got is FAILED:
                 return None, False, False
             last = got
             self._ready.set()
@@ -850,8 +850,8 @@ class SemanticTier:
             pipe.xread({self._log_key: cursor}, count=1000)
             return pipe.execute()
 
-        got = self.cache._l2_call(read)
-        if got is failed:
+        got = self.engine.l2_call(read)
+        if got is FAILED:
             return None, False, False
         gen, resp = got
         if gen != self._gen:
@@ -871,14 +871,8 @@ def _index_ids(index: Any) -> list[int]:
     return [int(i) for i in ids()] if callable(ids) else []
 
 
-def _failed() -> Any:
-    from cachekit.cache import _FAILED
-
-    return _FAILED
-
-
-def _redis_tier(cache: Cache) -> Any:
-    l2 = cache.l2
+def _redis_tier(engine: Engine) -> Any:
+    l2 = engine.l2
     if l2 is None or not hasattr(l2, "client") or not hasattr(l2, "is_cluster"):
         return None
     try:
