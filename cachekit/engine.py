@@ -41,7 +41,7 @@ from cachekit.serialization import (
     encode_envelope,
     get_serializer,
 )
-from cachekit.singleflight import AsyncSingleFlight, SingleFlight
+from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
 from cachekit.types import FAILED, CacheKey, Envelope, Found, Status, StoreItem
@@ -126,7 +126,6 @@ class Engine:
         self._version_lock = threading.Lock()
 
         self._flight = SingleFlight()
-        self._aflight = AsyncSingleFlight()
         self._refresh_workers = refresh_workers
         self._executor: ThreadPoolExecutor | None = None
         self._refreshing: set[Hashable] = set()
@@ -559,33 +558,37 @@ class Engine:
         ``miss``: the call is a cache miss: it is counted as one (a caller served by another's
         run counts as a single-flight wait instead), and the one that runs first re-checks L1.
         """
-        tel = self.telemetry
         if miss:
-            tel.misses += 1
+            self.record_misses(1)
         value, shared = self._flight.do(key.local, self._flight_work(key, work, miss))
         if shared and miss:
-            tel.misses -= 1
-            tel.singleflight_waits += 1
+            self.record_misses(-1, shared=1)
         return value
 
     async def asingle_flight(
         self, key: CacheKey, work: Callable[[], Awaitable[T]], *, miss: bool = True
     ) -> T:
         """The asyncio form of :meth:`single_flight`."""
-        tel = self.telemetry
         if miss:
-            tel.misses += 1
+            self.record_misses(1)
 
         async def leader() -> Any:
             env = self.l1_fresh(key)
             return env.value if env is not None else await work()
 
         run = leader if miss and self.l1 is not None else work
-        value, shared = await self._aflight.do(key.local, run)
+        value, shared = await self._flight.ado(key.local, run)
         if shared and miss:
-            tel.misses -= 1
-            tel.singleflight_waits += 1
+            self.record_misses(-1, shared=1)
         return value
+
+    def record_misses(self, missed: int, shared: int = 0) -> None:
+        """Count lookups nothing answered (``missed``) and callers served by a computation
+        another caller had in flight (``shared``): what an entry point's own single-flight
+        (feature sets' batch loads) must report."""
+        tel = self.telemetry
+        tel.misses += missed
+        tel.singleflight_waits += shared
 
     def _claim_refresh(self, token: Hashable) -> bool:
         with self._refresh_lock:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cachekit.keys import stable_digest
+from cachekit.singleflight import SingleFlight
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Found, Status, StoreItem
 
@@ -127,17 +128,6 @@ class _Failure:
         self.error = error
 
 
-class _Flight:
-    """One loader call in progress (thread form): who waits on it reads ``outcomes``."""
-
-    __slots__ = ("done", "error", "outcomes")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.outcomes: dict[Hashable, Any] = {}
-        self.error: BaseException | None = None
-
-
 # One entity to load: (local key, id, full cache key).
 _Item = tuple[Hashable, Any, CacheKey]
 
@@ -207,8 +197,7 @@ class FeatureSet:
         self._toks: dict[type, str] = {int: self._tok_int, str: self._tok_str}
 
         self._lock = threading.Lock()
-        self._flights: dict[Hashable, _Flight] = {}
-        self._aflights: dict[tuple[int, Hashable], asyncio.Future[dict[Hashable, Any]]] = {}
+        self._flights = SingleFlight()
         self._refreshing: set[Hashable] = set()
 
         section = f"features:{name}"
@@ -460,7 +449,7 @@ class FeatureSet:
         c = self._c
         c.loaded += loaded
         c.negative_stored += absent
-        self.engine.telemetry.misses += len(chunk)
+        self.engine.record_misses(len(chunk))
         return outcomes, store
 
     def _call_loader(self, ids: list[Any]) -> Any:
@@ -527,96 +516,55 @@ class FeatureSet:
     def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
         """Load ``items``: the ids no other thread is loading with one loader call, then wait
         for the others' loads. Outcomes by local key."""
-        flight = _Flight()
-        mine: list[_Item] = []
-        waits: dict[Hashable, _Flight] = {}
-        with self._lock:
-            flights = self._flights
-            for item in items:
-                other = flights.get(item[0])
-                if other is None:
-                    flights[item[0]] = flight
-                    mine.append(item)
-                else:
-                    waits[item[0]] = other
-        if waits:
-            self._c.shared += len(waits)
-            self.engine.telemetry.singleflight_waits += len(waits)
+        flight, mine, waits = self._flights.claim(item[0] for item in items)
+        self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
+            claimed = set(mine)
             try:
-                for chunk in self._split(mine):
+                for chunk in self._split([it for it in items if it[0] in claimed]):
                     own.update(self._load_chunk(chunk))
-                flight.outcomes = own
             except BaseException as exc:
-                flight.error = exc
+                self._flights.release(flight, mine, error=exc)
                 raise
-            finally:
-                with self._lock:
-                    for lk, _, _ in mine:
-                        if flights.get(lk) is flight:
-                            del flights[lk]
-                flight.done.set()
-        if not waits:
-            return own
-        outcomes = dict(own)
+            self._flights.release(flight, mine, own)
+        outcomes = own
         for lk, other in waits.items():
-            other.done.wait()
-            if other.error is not None:
-                raise other.error
-            outcomes[lk] = other.outcomes.get(lk, _ABSENT)
+            outcomes[lk] = other.wait().get(lk, _ABSENT)
         return outcomes
 
     async def _aload(self, items: list[_Item]) -> dict[Hashable, Any]:
         loop = asyncio.get_running_loop()
-        lid = id(loop)
-        fut: asyncio.Future[dict[Hashable, Any]] = loop.create_future()
-        mine: list[_Item] = []
-        waits: dict[Hashable, asyncio.Future[dict[Hashable, Any]]] = {}
-        flights = self._aflights
-        for item in items:  # no await in this loop: atomic with respect to this loop's tasks
-            other = flights.get((lid, item[0]))
-            if other is None:
-                flights[(lid, item[0])] = fut
-                mine.append(item)
-            else:
-                waits[item[0]] = other
-        if waits:
-            self._c.shared += len(waits)
-            self.engine.telemetry.singleflight_waits += len(waits)
+        flight, mine, waits = self._flights.claim((item[0] for item in items), loop)
+        self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
+            claimed = set(mine)
             try:
-                for chunk in self._split(mine):
+                for chunk in self._split([it for it in items if it[0] in claimed]):
                     own.update(await self._aload_chunk(chunk))
-            except asyncio.CancelledError:
-                fut.cancel()
-                raise
             except BaseException as exc:
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: no "exception never retrieved" when none waits
+                self._flights.release(flight, mine, error=exc, loop=loop)
                 raise
-            else:
-                fut.set_result(own)
-            finally:
-                for lk, _, _ in mine:
-                    if flights.get((lid, lk)) is fut:
-                        del flights[(lid, lk)]
-        if not waits:
-            return own
-        outcomes = dict(own)
+            self._flights.release(flight, mine, own, loop=loop)
+        outcomes = own
         orphans: list[_Item] = []
         by_lk = {item[0]: item for item in items}
         for lk, other in waits.items():
             try:
-                outcomes[lk] = (await asyncio.shield(other)).get(lk, _ABSENT)
+                outcomes[lk] = (await other.await_outcome()).get(lk, _ABSENT)
             except asyncio.CancelledError:
-                if not other.cancelled():
+                if not other.abandoned():
                     raise
                 orphans.append(by_lk[lk])  # its leader was cancelled, not us: load it
         if orphans:
             outcomes.update(await self._aload(orphans))
         return outcomes
+
+    def _count_shared(self, n: int) -> None:
+        if n:
+            self._c.shared += n
+            self.engine.record_misses(0, shared=n)
 
     # ------------------------------------------------------------------ stale-while-revalidate
 
