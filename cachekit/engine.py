@@ -125,7 +125,9 @@ class Engine:
         self._next_version_check = float("-inf") if self.l2 is not None else float("inf")
         self._version_lock = threading.Lock()
 
-        self._flight = SingleFlight()
+        #: The single-flight claims of every entry point of this cache (keys are full local
+        #: keys, unique across entry points): per-key misses here, batch loads in feature sets.
+        self.flights = SingleFlight()
         self._refresh_workers = refresh_workers
         self._executor: ThreadPoolExecutor | None = None
         self._refreshing: set[Hashable] = set()
@@ -560,7 +562,7 @@ class Engine:
         """
         if miss:
             self.record_misses(1)
-        value, shared = self._flight.do(key.local, self._flight_work(key, work, miss))
+        value, shared = self.flights.do(key.local, self._flight_work(key, work, miss))
         if shared and miss:
             self.record_misses(-1, shared=1)
         return value
@@ -577,7 +579,7 @@ class Engine:
             return env.value if env is not None else await work()
 
         run = leader if miss and self.l1 is not None else work
-        value, shared = await self._flight.ado(key.local, run)
+        value, shared = await self.flights.ado(key.local, run)
         if shared and miss:
             self.record_misses(-1, shared=1)
         return value
@@ -589,6 +591,11 @@ class Engine:
         tel = self.telemetry
         tel.misses += missed
         tel.singleflight_waits += shared
+
+    def waiting(self) -> int:
+        """How many callers wait on another caller's computation right now (for tests and
+        introspection)."""
+        return self.flights.waiting()
 
     def _claim_refresh(self, token: Hashable) -> bool:
         with self._refresh_lock:

@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cachekit.keys import stable_digest
-from cachekit.singleflight import SingleFlight
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Found, Status, StoreItem
 
@@ -197,7 +196,7 @@ class FeatureSet:
         self._toks: dict[type, str] = {int: self._tok_int, str: self._tok_str}
 
         self._lock = threading.Lock()
-        self._flights = SingleFlight()
+        self._flights = engine.flights
         self._refreshing: set[Hashable] = set()
 
         section = f"features:{name}"

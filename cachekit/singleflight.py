@@ -24,9 +24,10 @@ T = TypeVar("T")
 class Flight:
     """Work in progress for one or more keys. The leader settles it once; waiters read it."""
 
-    __slots__ = ("_event", "_future", "error", "outcome")
+    __slots__ = ("_event", "_future", "error", "outcome", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.waiters = 0  # claims that found this flight holding one of their keys
         self.outcome: Any = None
         self.error: BaseException | None = None
         self._event = threading.Event() if loop is None else None
@@ -86,6 +87,7 @@ class SingleFlight:
         flight = Flight(loop)
         mine: list[Hashable] = []
         others: dict[Hashable, Flight] = {}
+        counted: set[int] = set()
         with self._lock:
             flights = self._flights
             for key in keys:
@@ -94,8 +96,16 @@ class SingleFlight:
                     flights[(scope, key)] = flight
                     mine.append(key)
                 else:
+                    if id(other) not in counted:
+                        counted.add(id(other))
+                        other.waiters += 1
                     others[key] = other
         return flight, mine, others
+
+    def waiting(self) -> int:
+        """How many callers wait on flights in progress (for tests and introspection)."""
+        with self._lock:
+            return sum(f.waiters for f in {id(f): f for f in self._flights.values()}.values())
 
     def release(
         self,
