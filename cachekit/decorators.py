@@ -69,6 +69,7 @@ class _Keys:
 
     def local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         """The local key, and the stable digest when it had to be computed anyway."""
+        types: tuple[type, ...] | None = None
         if not kwargs and self.key is None and self.first_default <= len(args) <= self.nparams:
             values: tuple[Any, ...] = args + self.defaults[len(args):]
             types = tuple(map(type, values))
@@ -76,7 +77,7 @@ class _Keys:
                 return (self.fname, values, types), None
         else:
             values = self._values(args, kwargs)
-        lk = local_key(values)
+        lk = local_key(values, types)
         if lk is not None:
             return (self.fname, *lk), None
         digest = stable_digest(values)

@@ -223,6 +223,8 @@ class Engine:
             self.l1.clear()
 
     def _version_core(self, now: float) -> Core[None]:
+        """Re-read the namespace version from the shared tier when it is due (callers test
+        ``now >= _next_version_check`` first: a generator costs more than the test)."""
         if now < self._next_version_check or self.l2 is None:
             return
         self._next_version_check = now + self._version_refresh_s
@@ -307,38 +309,41 @@ class Engine:
         self,
         keys: Sequence[CacheKey],
         found: list[Found],
-        pending: list[int],
         datas: list[bytes | None] | Any,
         now: float,
     ) -> None:
-        assert self._l2c is not None
+        """Fold one shared-tier read into ``found`` (one entry per key)."""
         if datas is FAILED:
-            for i in pending:
-                if found[i].status is Status.MISS:
+            for i, f in enumerate(found):
+                if f.status is Status.MISS:
                     found[i] = Found(Status.ERROR)
             return
-        for i, data in zip(pending, datas, strict=True):
-            if data is None:
-                self._l2c.misses += 1
-                continue
-            try:
-                env = decode_envelope(self.serializer, data)
-            except SerializationError as exc:
-                self._l2c.errors += 1
-                self.telemetry.serialization_errors += 1
-                log.warning("cachekit: unreadable entry %s treated as a miss: %s",
-                            keys[i].remote, exc)
-                continue
-            if env.fresh(now):
-                self._l2c.hits += 1
-                found[i] = Found(Status.HIT, env, "l2")
-                self._fill_l1(keys[i].local, env, data, now)
-            elif env.servable_stale(now):
-                self._l2c.hits += 1
-                if found[i].status is not Status.STALE:
-                    found[i] = Found(Status.STALE, env, "l2")
-            else:
-                self._l2c.misses += 1
+        for i, data in enumerate(datas):
+            found[i] = self._l2_found(keys[i], found[i], data, now)
+
+    def _l2_found(self, key: CacheKey, prev: Found, data: bytes | None, now: float) -> Found:
+        """What the shared tier's bytes for ``key`` make of ``prev`` (what L1 found)."""
+        l2c = self._l2c
+        assert l2c is not None
+        if data is None:
+            l2c.misses += 1
+            return prev
+        try:
+            env = decode_envelope(self.serializer, data)
+        except SerializationError as exc:
+            l2c.errors += 1
+            self.telemetry.serialization_errors += 1
+            log.warning("cachekit: unreadable entry %s treated as a miss: %s", key.remote, exc)
+            return prev
+        if env.fresh(now):
+            l2c.hits += 1
+            self._fill_l1(key.local, env, data, now)
+            return Found(Status.HIT, env, "l2")
+        if env.servable_stale(now):
+            l2c.hits += 1
+            return prev if prev.status is Status.STALE else Found(Status.STALE, env, "l2")
+        l2c.misses += 1
+        return prev
 
     def _fill_l1(self, local: Hashable, env: Envelope, data: bytes, now: float) -> None:
         if self.l1 is None:
@@ -360,14 +365,20 @@ class Engine:
 
     def _lookup_one_core(self, key: CacheKey) -> Core[Found]:
         now = self.clock()
-        yield from self._version_core(now)
+        if now >= self._next_version_check:
+            yield from self._version_core(now)
         key, found = self._l1_one(key, now)
         if found.status is not Status.HIT and self.l2 is not None:
             datas = yield ("get_many", [key.remote])
-            result = [found]
-            self._l2_merge([key], result, [0], datas, now)
-            found = result[0]
-        self._count((found,))
+            if datas is FAILED:
+                if found.status is Status.MISS:
+                    found = Found(Status.ERROR)
+            else:
+                found = self._l2_found(key, found, datas[0], now)
+        if found.status is Status.HIT:
+            self.telemetry.hits += 1
+        elif found.status is Status.STALE:
+            self.telemetry.stale_hits += 1
         return found
 
     def lookup_one(self, key: CacheKey) -> Found:
@@ -435,7 +446,8 @@ class Engine:
         self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
     ) -> Core[tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]]:
         now = self.clock()
-        yield from self._version_core(now)
+        if now >= self._next_version_check:
+            yield from self._version_core(now)
         fresh, pending, stale = self._l1_pass(locals_, now)
         if not pending:
             return fresh, {}
@@ -446,7 +458,7 @@ class Engine:
         ]
         if self.l2 is not None:
             datas = yield ("get_many", [k.remote for k in keys])
-            self._l2_merge(keys, found, list(range(len(keys))), datas, now)
+            self._l2_merge(keys, found, datas, now)
         self._count(found)
         return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
 
