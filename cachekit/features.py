@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cachekit.keys import stable_digest
+from cachekit.sansio import Core, adrive, drive
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Found, Status, StoreItem
 
@@ -197,6 +198,15 @@ class FeatureSet:
 
         self._lock = threading.Lock()
         self._flights = engine.flights
+        # What the sync and asyncio drivers answer the read and load cores with.
+        self._ops: dict[str, Callable[..., Any]] = {
+            "lookup": engine.lookup_lazy, "refresh": self._refresh, "load": self._load,
+            "loader": self._call_loader, "store": engine.store_many,
+        }
+        self._aops: dict[str, Callable[..., Any]] = {
+            "lookup": engine.alookup_lazy, "refresh": self._arefresh, "load": self._aload,
+            "loader": self._acall_loader, "store": engine.astore_many,
+        }
         self._refreshing: set[Hashable] = set()
 
         section = f"features:{name}"
@@ -357,43 +367,32 @@ class FeatureSet:
         self._stats.latency.record(time.perf_counter() - t0)
         return batch
 
+    def _get_core(self, ids: Iterable[Any]) -> Core[FeatureBatch]:
+        """The read path, for both forms: one L1 pass and one L2 round trip (``lookup``), a
+        background load of stale ids (``refresh``), one load of what is missing (``load``)."""
+        t0 = time.perf_counter()
+        uids, locals_, n = self._request(ids)
+        c = self._c
+        c.requested += n
+        c.unique += len(uids)
+        if not uids:
+            return FeatureBatch()
+        fresh, rest = yield ("lookup", (locals_, lambda i: self._key(locals_[i], uids[i])))
+        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
+        if stale:
+            yield ("refresh", (stale,))
+        outcomes = (yield ("load", (need,))) if need else {}
+        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+
     def get_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
         out (failed ones listed in ``.failed``). One L1 pass, one L2 round trip for the L1
         misses, one loader call for what is left (waiting on loads already in flight)."""
-        t0 = time.perf_counter()
-        uids, locals_, n = self._request(ids)
-        c = self._c
-        c.requested += n
-        c.unique += len(uids)
-        if not uids:
-            return FeatureBatch()
-        fresh, rest = self.engine.lookup_lazy(
-            locals_, lambda i: self._key(locals_[i], uids[i])
-        )
-        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
-        if stale:
-            self._refresh(stale)
-        outcomes = self._load(need) if need else {}
-        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+        return drive(self._get_core(ids), self._ops)
 
     async def aget_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """The asyncio form of :meth:`get_many`."""
-        t0 = time.perf_counter()
-        uids, locals_, n = self._request(ids)
-        c = self._c
-        c.requested += n
-        c.unique += len(uids)
-        if not uids:
-            return FeatureBatch()
-        fresh, rest = await self.engine.alookup_lazy(
-            locals_, lambda i: self._key(locals_[i], uids[i])
-        )
-        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
-        if stale:
-            self._arefresh(stale)
-        outcomes = await self._aload(need) if need else {}
-        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+        return await adrive(self._get_core(ids), self._aops)
 
     def get(self, entity_id: Any, default: Any = None) -> Any:
         """Features of one entity, or ``default`` when it does not exist or failed to load."""
@@ -474,13 +473,14 @@ class FeatureSet:
             result = await result
         return result
 
-    def _load_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
+    def _chunk_core(self, chunk: list[_Item]) -> Core[dict[Hashable, Any]]:
+        """One loader call (``loader``) and the write-back of what it returned (``store``)."""
         ids = [entity_id for _, entity_id, _ in chunk]
         c = self._c
         c.loader_calls += 1
         t0 = time.perf_counter()
         try:
-            found, failed = self._interpret(self._call_loader(ids))
+            found, failed = self._interpret((yield ("loader", (ids,))))
         except PartialLoadError as exc:
             found, failed = exc.found, exc.failed
         except BaseException:
@@ -490,26 +490,7 @@ class FeatureSet:
             self.engine.telemetry.compute.record(time.perf_counter() - t0)
         outcomes, store = self._outcomes(chunk, found, failed)
         if store:
-            self.engine.store_many(store)
-        return outcomes
-
-    async def _aload_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
-        ids = [entity_id for _, entity_id, _ in chunk]
-        c = self._c
-        c.loader_calls += 1
-        t0 = time.perf_counter()
-        try:
-            found, failed = self._interpret(await self._acall_loader(ids))
-        except PartialLoadError as exc:
-            found, failed = exc.found, exc.failed
-        except BaseException:
-            c.loader_errors += 1
-            raise
-        finally:
-            self.engine.telemetry.compute.record(time.perf_counter() - t0)
-        outcomes, store = self._outcomes(chunk, found, failed)
-        if store:
-            await self.engine.astore_many(store)
+            yield ("store", (store,))
         return outcomes
 
     def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
@@ -522,7 +503,7 @@ class FeatureSet:
             claimed = set(mine)
             try:
                 for chunk in self._split([it for it in items if it[0] in claimed]):
-                    own.update(self._load_chunk(chunk))
+                    own.update(drive(self._chunk_core(chunk), self._ops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
@@ -541,7 +522,7 @@ class FeatureSet:
             claimed = set(mine)
             try:
                 for chunk in self._split([it for it in items if it[0] in claimed]):
-                    own.update(await self._aload_chunk(chunk))
+                    own.update(await adrive(self._chunk_core(chunk), self._aops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
                 raise

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "cachekit.keys": MECHANISMS,
     "cachekit.breaker": MECHANISMS,
     "cachekit.singleflight": MECHANISMS,
+    "cachekit.sansio": MECHANISMS,
     "cachekit.telemetry": MECHANISMS,
     "cachekit.testing": MECHANISMS,
     "cachekit.storage": MECHANISMS,
