@@ -16,9 +16,10 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cachekit.keys import ArgNormalizer, stable_digest
+from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
 from cachekit.types import CacheKey, Found, LookupResult, Status
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["SemanticFunction", "make_semantic"]
 
 log = logging.getLogger("cachekit.semantic")
+
+T = TypeVar("T")
 
 _VAR_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -184,7 +187,8 @@ _Parts = tuple[LookupResult, CacheKey, str, str]
 
 class _SemanticCalls:
     """Everything a ``@cache.semantic`` function does: exact lookup, semantic search, the miss
-    path and the writes, in sync and asyncio forms over the same helpers."""
+    path and the writes. Each is one generator core (see :mod:`cachekit.sansio`), run by
+    :meth:`run` with the sync operations or by :meth:`arun` with their asyncio forms."""
 
     def __init__(self, engine: Engine, fn: Callable[..., Any], tier: SemanticTier,
                  split: _Split, *, ttl: float | None, version: str | int | None,
@@ -198,6 +202,8 @@ class _SemanticCalls:
         self.version = version
         self.cache_none = cache_none
         self.timing = engine.telemetry.function()  # the mean compute time, for time saved
+        self._ops = self._sync_ops()
+        self._aops = self._async_ops()
 
     # ------------------------------------------------------------------ shared helpers
 
@@ -272,103 +278,96 @@ class _SemanticCalls:
             out.append((k, scope_key, t, value))
         return out
 
-    # ------------------------------------------------------------------ sync
+    # ------------------------------------------------------------------ cores, both forms
 
-    def lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Parts:
+    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[_Parts]:
+        """Exact first (``lookup``), then the semantic search (``search``)."""
         k, scope_key, t = self.key_of(args, kwargs)
-        hit = self._exact(k, self.engine.lookup_one(k))
+        hit = self._exact(k, (yield ("lookup", (k,))))
         if hit is not None:
             return hit, k, scope_key, t
         if not t:
             return self._no_text(k), k, scope_key, t
         try:
-            m = self.tier.search(scope_key, t)
+            m = yield ("search", (scope_key, t))
         except Exception as exc:
             return self._search_failed(k, exc), k, scope_key, t
         return self._semantic(k, m), k, scope_key, t
 
-    def store_many(self, items: Sequence[_Item]) -> int:
+    def store_core(self, items: Sequence[_Item]) -> Core[int]:
+        """Exact entries (``store``), then semantic entries for the ones stored
+        (``add_semantic``). Returns how many were stored."""
         kept, ttl = self._exact_items(items)
         if not kept:
             return 0
-        ok = self.engine.store_many([(k, v, ttl, 0.0, self.version) for k, _, _, v in kept])
-        self.add_semantic(self._semantic_items(kept, ok), ttl)
+        ok = yield ("store", ([(k, v, ttl, 0.0, self.version) for k, _, _, v in kept],))
+        sem = self._semantic_items(kept, ok)
+        if sem:
+            yield ("add_semantic", (sem, ttl))
         return sum(ok)
 
-    def compute(self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
+    def _compute_core(self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Core[Any]:
         t0 = time.perf_counter()
-        value = self.fn(*args, **kwargs)
+        value = yield ("fn", (args, kwargs))
         self._computed(time.perf_counter() - t0)
-        self.store_many([(k, scope_key, t, value)])
+        yield from self.store_core([(k, scope_key, t, value)])
         return value
 
-    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result, k, scope_key, t = self.lookup(args, kwargs)
+    def call_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[Any]:
+        """A call: a hit answers, a miss computes once per concurrent identical call
+        (``flight``, given the computation's own core)."""
+        result, k, scope_key, t = yield from self.lookup_core(args, kwargs)
         if result.hit:
             return result.value
-        return self.engine.single_flight(k, lambda: self.compute(k, scope_key, t, args, kwargs))
+        return (yield ("flight", (k, self._compute_core(k, scope_key, t, args, kwargs))))
 
-    def invalidate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def invalidate_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[None]:
         k, scope_key, t = self.key_of(args, kwargs)
-        self.engine.delete_many([k])
-        self.tier.invalidate(scope_key, t)
+        yield ("delete", ([k],))
+        yield ("unindex", (scope_key, t))
 
-    # ------------------------------------------------------------------ asyncio
+    # ------------------------------------------------------------------ drivers
+
+    def _sync_ops(self) -> dict[str, Callable[..., Any]]:
+        engine, tier = self.engine, self.tier
+        return {
+            "lookup": engine.lookup_one,
+            "search": tier.search,
+            "store": engine.store_many,
+            "add_semantic": self.add_semantic,
+            "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "flight": lambda k, core: engine.single_flight(k, lambda: drive(core, self._ops)),
+            "delete": engine.delete_many,
+            "unindex": tier.invalidate,
+        }
+
+    def _async_ops(self) -> dict[str, Callable[..., Any]]:
+        engine, tier = self.engine, self.tier
+        return {
+            "lookup": engine.alookup_one,
+            "search": self._asearch,
+            "store": engine.astore_many,
+            # Embedding and index work is CPU work of milliseconds: never on the event loop.
+            "add_semantic": lambda items, ttl: asyncio.to_thread(self.add_semantic, items, ttl),
+            "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "flight": lambda k, core: engine.asingle_flight(k, lambda: adrive(core, self._aops)),
+            "delete": engine.adelete_many,
+            "unindex": lambda scope_key, t: asyncio.to_thread(tier.invalidate, scope_key, t),
+        }
+
+    def run(self, core: Core[T]) -> T:
+        return drive(core, self._ops)
+
+    async def arun(self, core: Core[T]) -> T:
+        return await adrive(core, self._aops)
 
     async def _asearch(self, scope_key: str, t: str) -> Match:
         batcher = self.tier.batcher
         if batcher is not None and not batcher.closed:
             self.tier.start()
             return await asyncio.wrap_future(batcher.submit((scope_key, t)))
-        # Embedding is CPU work of milliseconds: never on the event loop.
         return await asyncio.to_thread(self.tier.search, scope_key, t)
-
-    async def alookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Parts:
-        k, scope_key, t = self.key_of(args, kwargs)
-        hit = self._exact(k, await self.engine.alookup_one(k))
-        if hit is not None:
-            return hit, k, scope_key, t
-        if not t:
-            return self._no_text(k), k, scope_key, t
-        try:
-            m = await self._asearch(scope_key, t)
-        except Exception as exc:
-            return self._search_failed(k, exc), k, scope_key, t
-        return self._semantic(k, m), k, scope_key, t
-
-    async def astore_many(self, items: Sequence[_Item]) -> int:
-        kept, ttl = self._exact_items(items)
-        if not kept:
-            return 0
-        ok = await self.engine.astore_many(
-            [(k, v, ttl, 0.0, self.version) for k, _, _, v in kept]
-        )
-        sem = self._semantic_items(kept, ok)
-        if sem:
-            await asyncio.to_thread(self.add_semantic, sem, ttl)
-        return sum(ok)
-
-    async def acompute(self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
-                       kwargs: dict[str, Any]) -> Any:
-        t0 = time.perf_counter()
-        value = await self.fn(*args, **kwargs)
-        self._computed(time.perf_counter() - t0)
-        await self.astore_many([(k, scope_key, t, value)])
-        return value
-
-    async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result, k, scope_key, t = await self.alookup(args, kwargs)
-        if result.hit:
-            return result.value
-        return await self.engine.asingle_flight(
-            k, lambda: self.acompute(k, scope_key, t, args, kwargs)
-        )
-
-    async def ainvalidate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        k, scope_key, t = self.key_of(args, kwargs)
-        await self.engine.adelete_many([k])
-        await asyncio.to_thread(self.tier.invalidate, scope_key, t)
 
 
 def _make(
@@ -419,20 +418,20 @@ def _make(
 def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return calls.call(args, kwargs)
+        return calls.run(calls.call_core(args, kwargs))
 
     def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return calls.lookup(args, kwargs)[0]
+        return calls.run(calls.lookup_core(args, kwargs))[0]
 
     def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)
-        return calls.store_many([(k, scope_key, t, value)]) > 0
+        return calls.run(calls.store_core([(k, scope_key, t, value)])) > 0
 
     def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
-        return calls.store_many(calls.prepared(items))
+        return calls.run(calls.store_core(calls.prepared(items)))
 
     def invalidate(*args: Any, **kwargs: Any) -> None:
-        calls.invalidate(args, kwargs)
+        calls.run(calls.invalidate_core(args, kwargs))
 
     w: Any = wrapper
     w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
@@ -442,20 +441,20 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
 def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return await calls.acall(args, kwargs)
+        return await calls.arun(calls.call_core(args, kwargs))
 
     async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return (await calls.alookup(args, kwargs))[0]
+        return (await calls.arun(calls.lookup_core(args, kwargs)))[0]
 
     async def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)
-        return await calls.astore_many([(k, scope_key, t, value)]) > 0
+        return await calls.arun(calls.store_core([(k, scope_key, t, value)])) > 0
 
     async def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
-        return await calls.astore_many(calls.prepared(items))
+        return await calls.arun(calls.store_core(calls.prepared(items)))
 
     async def invalidate(*args: Any, **kwargs: Any) -> None:
-        await calls.ainvalidate(args, kwargs)
+        await calls.arun(calls.invalidate_core(args, kwargs))
 
     w: Any = wrapper
     w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
