@@ -145,6 +145,9 @@ class _Calls:
                             age_s=self.engine.clock() - env.created_at)
 
     # ------------------------------------------------------------------ sync
+    # call/acall are written out rather than run as one generator core (as the semantic
+    # decorator and feature sets do): this is the L2 hit path, and a core measured 0.2-2.6 us
+    # slower per hit against an in-memory shared tier. The rules they use are the engine's.
 
     def compute(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
                 override: float | None) -> Any:

@@ -51,6 +51,10 @@ log = logging.getLogger("cachekit.features")
 #: ``None`` feature value and "this entity does not exist" stay distinguishable.
 NEGATIVE_MARK = "ck:absent"
 
+#: String ids up to this length (printable ASCII, no braces) appear as themselves in shared-tier
+#: keys, readable in redis-cli; longer or other ids are digested.
+READABLE_ID_MAX = 100
+
 _ABSENT: Any = object()  # outcome: the loader does not know this id (or a negative entry hit)
 _BAD_NAME_CHARS = frozenset(":@{} \t\n")
 
@@ -255,7 +259,8 @@ class FeatureSet:
         tok, val = local  # type: ignore[misc]
         if tok is self._tok_int:
             part = f"i{val}"
-        elif tok is self._tok_str and len(val) <= 100 and val.isascii() and val.isprintable() \
+        elif tok is self._tok_str and len(val) <= READABLE_ID_MAX and val.isascii() \
+                and val.isprintable() \
                 and "{" not in val and "}" not in val:
             # readable in redis-cli; braces would act as a cluster hash tag
             part = "s" + val

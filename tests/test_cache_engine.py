@@ -353,3 +353,25 @@ def test_feature_loads_shared_and_failures_not_cached(mode: str) -> None:
         1: 10, 2: 20,
     }
     assert calls == [[1, 2], [1, 2]]
+
+
+# ---------------------------------------------------------------------------- engine batch
+
+
+def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
+    tier = MemoryTier()
+    writer = Cache(l2=tier).engine
+    key = writer.make_key("kv", "_", "a")
+    assert run(mode, lambda: writer.store_many([(key, "A", 60.0, 0.0, None)]),
+               lambda: writer.astore_many([(key, "A", 60.0, 0.0, None)])) == [True]
+    reader = Cache(l2=tier).engine  # another process: its L1 is empty
+    keys = [reader.make_key("kv", "_", name) for name in ("a", "b")]
+    found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
+    assert [(f.status, f.tier) for f in found] == [(Status.HIT, "l2"), (Status.MISS, None)]
+    assert found[0].env is not None and found[0].env.value == "A"
+    found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
+    assert found[0].tier == "l1"  # the shared read filled L1
+    run(mode, lambda: reader.delete_many(keys[:1]), lambda: reader.adelete_many(keys[:1]))
+    found = run(mode, lambda: writer.lookup_many([key]), lambda: writer.alookup_many([key]))
+    assert found[0].status is Status.HIT  # the writer's own L1 still has it ...
+    assert tier.get_many([key.remote]) == [None]  # ... the shared tier does not
