@@ -375,3 +375,20 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     found = run(mode, lambda: writer.lookup_many([key]), lambda: writer.alookup_many([key]))
     assert found[0].status is Status.HIT  # the writer's own L1 still has it ...
     assert tier.get_many([key.remote]) == [None]  # ... the shared tier does not
+
+
+def test_sync_wrapper_is_the_l1_fast_path() -> None:
+    # An L1 hit of a sync decorated function runs one Python function: the engine's fast path
+    # itself, with the decorated function's name and docs, not a wrapper calling it.
+    cache = Cache()
+
+    @cache.cached
+    def f(x: int) -> int:
+        """Doubles."""
+        return 2 * x
+
+    probe = cache.engine.l1_fast_path("probe", None, lambda a, kw: a, cache.engine.telemetry
+                                      .function(), lambda a, kw: None)
+    assert f.__code__ is probe.__code__
+    assert f.__name__ == "f" and f.__doc__ == "Doubles." and f(21) == 42 and f(21) == 42
+    assert cache.stats().hits == 1
