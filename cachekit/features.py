@@ -163,22 +163,7 @@ class FeatureSet:
         jitter: float = 0.1,
         max_batch: int | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
-            raise ValueError(
-                "feature set name must be a non-empty string without : @ { } or spaces"
-            )
-        if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
-            raise ValueError("version must be an int or a string without : @ { } or spaces")
-        if not callable(loader):
-            raise TypeError("loader must be callable: loader(ids: list) -> dict[id, features]")
-        if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be positive or None, got {ttl!r}")
-        if negative_ttl is not None and negative_ttl < 0:
-            raise ValueError(f"negative_ttl must be >= 0 or None, got {negative_ttl!r}")
-        if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
-            raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
-        if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
-            raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
+        _validate(name, version, loader, ttl, negative_ttl, stale_ttl, jitter, max_batch)
         self.engine = engine
         self.name = name
         self.version = version
@@ -632,6 +617,27 @@ class FeatureSet:
     def stats(self) -> dict[str, Any]:
         """This feature set's telemetry section (also in ``cache.stats().extra``)."""
         return self._stats()
+
+
+def _validate(name: str, version: int | str, loader: Any, ttl: float | None,
+              negative_ttl: float | None, stale_ttl: float, jitter: float,
+              max_batch: int | None) -> None:
+    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
+        raise ValueError(
+            "feature set name must be a non-empty string without : @ { } or spaces"
+        )
+    if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
+        raise ValueError("version must be an int or a string without : @ { } or spaces")
+    if not callable(loader):
+        raise TypeError("loader must be callable: loader(ids: list) -> dict[id, features]")
+    if ttl is not None and ttl <= 0:
+        raise ValueError(f"ttl must be positive or None, got {ttl!r}")
+    if negative_ttl is not None and negative_ttl < 0:
+        raise ValueError(f"negative_ttl must be >= 0 or None, got {negative_ttl!r}")
+    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
+        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
+    if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
+        raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
 
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
