@@ -85,7 +85,7 @@ def _answer(cache: Cache, closing: Callable[[Any], Any]) -> Any:
     return closing(answer)
 
 
-def test_any_shared_tier_with_a_semantic_store_shares_entries(closing) -> None:
+def test_any_shared_tier_with_a_semantic_store_shares_entries(closing: Callable[[Any], Any]) -> None:
     tier = SharingMemoryTier()
     a = _answer(Cache(l2=tier, namespace="shared"), closing)
     b = _answer(Cache(l2=tier, namespace="shared"), closing)
@@ -99,7 +99,7 @@ def test_any_shared_tier_with_a_semantic_store_shares_entries(closing) -> None:
     wait_until(lambda: b.lookup(CLOSE).status is Status.MISS)
 
 
-def test_a_new_process_rebuilds_from_the_store(closing) -> None:
+def test_a_new_process_rebuilds_from_the_store(closing: Callable[[Any], Any]) -> None:
     tier = SharingMemoryTier()
     a = _answer(Cache(l2=tier, namespace="shared"), closing)
     assert a.put("stored answer", STORED)
@@ -109,7 +109,7 @@ def test_a_new_process_rebuilds_from_the_store(closing) -> None:
     assert late.tier.stats()["resyncs"] >= 1
 
 
-def test_a_shared_tier_without_a_store_keeps_entries_local(closing) -> None:
+def test_a_shared_tier_without_a_store_keeps_entries_local(closing: Callable[[Any], Any]) -> None:
     tier = MemoryTier()
     a = _answer(Cache(l2=tier, namespace="local"), closing)
     b = _answer(Cache(l2=tier, namespace="local"), closing)
