@@ -85,7 +85,9 @@ def _answer(cache: Cache, closing: Callable[[Any], Any]) -> Any:
     return closing(answer)
 
 
-def test_any_shared_tier_with_a_semantic_store_shares_entries(closing: Callable[[Any], Any]) -> None:
+def test_any_shared_tier_with_a_semantic_store_shares_entries(
+    closing: Callable[[Any], Any],
+) -> None:
     tier = SharingMemoryTier()
     a = _answer(Cache(l2=tier, namespace="shared"), closing)
     b = _answer(Cache(l2=tier, namespace="shared"), closing)
