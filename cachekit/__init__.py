@@ -5,9 +5,10 @@ that needs them is used.
 """
 
 from cachekit._version import __version__
-from cachekit.cache import Cache, CacheKey, LookupResult, Status
+from cachekit.cache import Cache
 from cachekit.serialization import SerializationError
 from cachekit.telemetry import CacheStats, StatsLogger, register_prometheus
+from cachekit.types import CacheKey, LookupResult, Status
 
 __all__ = [
     "Cache",

@@ -1,9 +1,10 @@
 """``@cache.cached``: exact-match caching of sync and async functions.
 
 The wrapper holds no caching policy of its own: it turns a call into a :class:`CacheKey` and
-uses the cache's batch operations. The one thing it does itself is the L1 fast path (a dict
-lookup and a freshness check), because an L1 hit must cost about what ``cachetools.cached``
-costs, and every extra function call on that path shows in the ratio.
+uses the engine's public interface. A sync wrapper *is* the engine's L1 hit fast path
+(:meth:`~cachekit.engine.Engine.l1_fast_path`), built with this function's key shape, because an
+L1 hit must cost about what ``cachetools.cached`` costs and every extra function call on that
+path shows in the ratio.
 """
 
 from __future__ import annotations
@@ -12,21 +13,21 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cachekit.cache import Cache, CacheKey, LookupResult, Status
-from cachekit.keys import (
-    SCALAR_SIGNATURES,
-    ArgNormalizer,
-    all_scalar,
-    local_key,
-    stable_digest,
-)
-from cachekit.singleflight import AsyncSingleFlight, SingleFlight
+from cachekit.keys import ArgNormalizer, all_scalar, local_key, stable_digest
+from cachekit.types import CacheKey, Found, LookupResult, Status, StoreItem
+
+if TYPE_CHECKING:
+    from cachekit.cache import Cache
+    from cachekit.engine import Engine
 
 __all__ = ["CachedFunction", "make_cached"]
 
 _MISS: Any = object()
+
+#: Full keys memoized per decorated function before the memo is cleared (a bound on memory).
+KEY_MEMO_SIZE = 4096
 
 
 class CachedFunction(Protocol):
@@ -43,10 +44,189 @@ class CachedFunction(Protocol):
     def with_options(self, *, ttl: float | None = None) -> Callable[..., Any]: ...
 
 
+class _Keys:
+    """The keys of one decorated function's calls."""
+
+    def __init__(self, engine: Engine, fn: Callable[..., Any], fname: str,
+                 key: Callable[..., Any] | None, ignore: tuple[str, ...]) -> None:
+        self.engine = engine
+        self.fname = fname
+        self.key = key
+        self.normalize = ArgNormalizer(fn, ignore)
+        self.shape = self.normalize.positional_fast_path if key is None else None
+        self.first_default, self.nparams, self.defaults = (
+            self.shape if self.shape is not None else (0, -1, ())
+        )
+        # Local key -> full key. The digest is a pure function of the arguments and, with the
+        # key string, costs microseconds: a large share of an L2 hit. A memoized key is re-made
+        # when the namespace version moved. Bounded by clearing (dict operations are atomic).
+        self.made: dict[Hashable, CacheKey] = {}
+
+    def _values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        if self.key is not None:
+            return (self.key(*args, **kwargs),)
+        return self.normalize(args, kwargs)
+
+    def local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
+        """The local key, and the stable digest when it had to be computed anyway."""
+        types: tuple[type, ...] | None = None
+        if not kwargs and self.key is None and self.first_default <= len(args) <= self.nparams:
+            values: tuple[Any, ...] = args + self.defaults[len(args):]
+            types = tuple(map(type, values))
+            if all_scalar(types):
+                return (self.fname, values, types), None
+        else:
+            values = self._values(args, kwargs)
+        lk = local_key(values, types)
+        if lk is not None:
+            return (self.fname, *lk), None
+        digest = stable_digest(values)
+        return (self.fname, digest), digest
+
+    def local_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
+        return self.local(args, kwargs)[0]
+
+    def full(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheKey:
+        lk, digest = self.local(args, kwargs)
+        k = self.made.get(lk)
+        if k is not None and k.version == self.engine.version:
+            return k
+        if digest is None:
+            digest = stable_digest(self._values(args, kwargs))
+        k = self.engine.make_key("f", self.fname, digest, lk)
+        if len(self.made) >= KEY_MEMO_SIZE:
+            self.made.clear()
+        self.made[lk] = k
+        return k
+
+
+class _Calls:
+    """Everything a decorated function does past the L1 hit fast path."""
+
+    def __init__(self, engine: Engine, fn: Callable[..., Any], keys: _Keys, *,
+                 ttl: float | Callable[[Any], float | None] | None, stale_ttl: float,
+                 jitter: float, cache_none: bool, version: str | int | None) -> None:
+        self.engine = engine
+        self.fn = fn
+        self.keys = keys
+        self.ttl = ttl
+        self.stale_ttl = stale_ttl
+        self.jitter = jitter
+        self.cache_none = cache_none
+        self.version = version
+        self.timing = engine.telemetry.function()
+
+    def _items(self, k: CacheKey, value: Any, override: float | None) -> list[StoreItem]:
+        """What to store for a computed value (nothing for ``None`` unless ``cache_none``)."""
+        if value is None and not self.cache_none:
+            return []
+        chosen = override if override is not None else self.ttl
+        if callable(chosen):
+            chosen = chosen(value)
+        resolved = self.engine.resolve_ttl(chosen, self.jitter)
+        return [(k, value, resolved, self.stale_ttl, self.version)]
+
+    def _computed(self, elapsed: float) -> None:
+        self.timing.add_compute(elapsed)
+        self.engine.telemetry.compute.record(elapsed)
+
+    def _served(self, found: Found) -> bool:
+        """Whether ``found`` answers the call (a hit, or a stale hit)."""
+        if found.status is Status.HIT or found.status is Status.STALE:
+            self.engine.telemetry.time_saved += self.timing.mean
+            return True
+        return False
+
+    def result(self, k: CacheKey, found: Found) -> LookupResult:
+        env = found.env
+        if env is None or found.status not in (Status.HIT, Status.STALE):
+            return LookupResult(found.status, key=k.remote)
+        return LookupResult(found.status, env.value, found.tier, k.remote,
+                            age_s=self.engine.clock() - env.created_at)
+
+    # ------------------------------------------------------------------ sync
+    # call/acall are written out rather than run as one generator core (as the semantic
+    # decorator and feature sets do): this is the L2 hit path, and a core measured 0.2-2.6 us
+    # slower per hit against an in-memory shared tier. The rules they use are the engine's.
+
+    def compute(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                override: float | None) -> Any:
+        t0 = time.perf_counter()
+        value = self.fn(*args, **kwargs)
+        self._computed(time.perf_counter() - t0)
+        items = self._items(k, value, override)
+        if items:
+            self.engine.store_many(items)
+        return value
+
+    def refresh_key(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    override: float | None) -> Any:
+        return self.engine.single_flight(
+            k, lambda: self.compute(k, args, kwargs, override), miss=False
+        )
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+             override: float | None = None) -> Any:
+        k = self.keys.full(args, kwargs)
+        found = self.engine.lookup_one(k)
+        if self._served(found):
+            if found.status is Status.STALE:
+                self.engine.refresh_in_background(
+                    k.local, lambda: self.refresh_key(k, args, kwargs, override)
+                )
+            return found.env.value  # type: ignore[union-attr]
+        return self.engine.single_flight(k, lambda: self.compute(k, args, kwargs, override))
+
+    # ------------------------------------------------------------------ asyncio
+
+    async def acompute(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       override: float | None) -> Any:
+        t0 = time.perf_counter()
+        value = await self.fn(*args, **kwargs)
+        self._computed(time.perf_counter() - t0)
+        items = self._items(k, value, override)
+        if items:
+            await self.engine.astore_many(items)
+        return value
+
+    async def arefresh_key(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+                           override: float | None) -> Any:
+        return await self.engine.asingle_flight(
+            k, lambda: self.acompute(k, args, kwargs, override), miss=False
+        )
+
+    async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    override: float | None = None) -> Any:
+        k = self.keys.full(args, kwargs)
+        found = await self.engine.alookup_one(k)
+        if self._served(found):
+            if found.status is Status.STALE:
+                self.engine.arefresh_in_background(
+                    k.local, lambda: self.arefresh_key(k, args, kwargs, override)
+                )
+            return found.env.value  # type: ignore[union-attr]
+        return await self.engine.asingle_flight(
+            k, lambda: self.acompute(k, args, kwargs, override)
+        )
+
+
+def _validate(fn: Callable[..., Any], ttl: Any, stale_ttl: float, jitter: float,
+              key: Callable[..., Any] | None, ignore: tuple[str, ...]) -> None:
+    if not callable(fn):
+        raise TypeError("@cache.cached decorates a function")
+    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
+        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
+    if ttl is not None and not callable(ttl) and ttl <= 0:
+        raise ValueError(f"ttl must be positive, got {ttl!r}")
+    if key is not None and ignore:
+        raise ValueError("give key= or ignore=, not both")
+
+
 def make_cached(
-    cache: Cache,
+    engine: Engine,
     fn: Callable[..., Any],
     *,
+    owner: Cache,
     ttl: float | Callable[[Any], float | None] | None,
     stale_ttl: float,
     jitter: float,
@@ -56,257 +236,73 @@ def make_cached(
     name: str | None,
     version: str | int | None,
 ) -> CachedFunction:
-    if not callable(fn):
-        raise TypeError("@cache.cached decorates a function")
-    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
-        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
-    if ttl is not None and not callable(ttl) and ttl <= 0:
-        raise ValueError(f"ttl must be positive, got {ttl!r}")
-    if key is not None and ignore:
-        raise ValueError("give key= or ignore=, not both")
+    """Implements :meth:`cachekit.Cache.cached` (``owner``) over ``engine``."""
+    _validate(fn, ttl, stale_ttl, jitter, key, ignore)
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
         fname = f"{fname}@{version}"
-    normalize = ArgNormalizer(fn, ignore)
-    tel = cache._telemetry
-    l1c = cache._l1c
-    timing = tel.function()
-
-    fast = normalize.positional_fast_path if key is None else None
-    first_default, nparams, defaults = fast if fast is not None else (0, -1, ())
-    # Argument-type signatures known to be all scalars (see keys.SCALAR_SIGNATURES): tested inline
-    # first, since even the call to all_scalar shows in the hit cost.
-    scalar_sigs = SCALAR_SIGNATURES
-
-    def keys_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
-        """The local key, and the stable digest when it had to be computed anyway."""
-        if not kwargs and first_default <= len(args) <= nparams:
-            # Inlined ArgNormalizer fast path + local_key scalar case: this is the L1 hit path.
-            values: tuple[Any, ...] = args + defaults[len(args):]
-            types = tuple(map(type, values))
-            if all_scalar(types):
-                return (fname, values, types), None
-        elif key is not None:
-            values = (key(*args, **kwargs),)
-        else:
-            values = normalize(args, kwargs)
-        lk = local_key(values)
-        if lk is not None:
-            return (fname, *lk), None
-        digest = stable_digest(values)
-        return (fname, digest), digest
-
-    # Local key -> full key. The digest is a pure function of the arguments and, with the key
-    # string, costs microseconds: a large share of an L2 hit. A memoized key is re-made when the
-    # namespace version moved. Bounded by clearing (dict operations are atomic).
-    made: dict[Hashable, CacheKey] = {}
-
-    def full_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheKey:
-        lk, digest = keys_for(args, kwargs)
-        k = made.get(lk)
-        if k is not None and k.version == cache.version:
-            return k
-        if digest is None:
-            values = (key(*args, **kwargs),) if key is not None else normalize(args, kwargs)
-            digest = stable_digest(values)
-        k = cache.make_key("f", fname, digest, lk)
-        if len(made) >= 4096:
-            made.clear()
-        made[lk] = k
-        return k
-
-    def ttl_for(value: Any, override: float | None) -> float | None:
-        chosen = override if override is not None else ttl
-        if callable(chosen):
-            chosen = chosen(value)
-        return cache._resolve_ttl(chosen, jitter)
-
-    def lookup_result(k: CacheKey, found: Any) -> LookupResult:
-        env = found.env
-        if env is None or found.status not in (Status.HIT, Status.STALE):
-            return LookupResult(found.status, key=k.remote)
-        return LookupResult(found.status, env.value, found.tier, k.remote,
-                            age_s=cache.clock() - env.created_at)
-
-    is_async = inspect.iscoroutinefunction(fn)
-    l1 = cache.l1
-    l1_item = l1.getitem if l1 is not None else None
-    perf_counter = time.perf_counter
-    clock = cache.clock
-
-    def hit_path(on_miss: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> Callable[..., Any]:
-        """The L1 hit path as a function of the call's arguments, handing misses to
-        ``on_miss(args, kwargs)``. Built as a factory so the sync wrapper *is* this function (a
-        Python call layer costs about a tenth of an L1 hit) while the async wrapper reuses the
-        same body as a probe. Every attribute lookup here shows in the hit cost, hence the
-        inlined key building."""
-
-        def fast(*args: Any, **kwargs: Any) -> Any:
-            if l1_item is None:
-                return on_miss(args, kwargs)
-            n = len(args)
-            if not kwargs and first_default <= n <= nparams:
-                values = args if n == nparams else args + defaults[n:]
-                types = tuple(map(type, values))
-                if types in scalar_sigs or all_scalar(types):
-                    lk: Hashable = (fname, values, types)
-                else:
-                    plain = local_key(values, types)
-                    lk = (fname, *plain) if plain is not None else keys_for(args, kwargs)[0]
-            else:
-                lk = keys_for(args, kwargs)[0]
-            # Latency is sampled on one hit in 64: timing every hit would cost more than the
-            # rest of the hit path.
-            sampled = not timing.hits & 63
-            t0 = perf_counter() if sampled else 0.0
-            try:
-                env = l1_item(lk).value
-            except KeyError:
-                return on_miss(args, kwargs)
-            # Freshness implies the store's own expiry (fresh-until <= stored-until), so one clock
-            # read decides both.
-            now = clock()
-            if (env.ttl is not None and now >= env.created_at + env.ttl) or (
-                now >= cache._next_version_check
-            ):
-                return on_miss(args, kwargs)
-            timing.hits += 1
-            if sampled:
-                l1c.latency.record(perf_counter() - t0)
-            return env.value
-
-        return fast
-
-    if not is_async:
-        flight = SingleFlight()
-
-        def compute(k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    override: float | None, recheck: bool) -> Any:
-            if recheck and l1 is not None:
-                # A leader that finished between our miss and our turn has stored it already.
-                env = l1.get(k.local)
-                if env is not None and env.fresh(clock()):
-                    return env.value
-            t0 = time.perf_counter()
-            value = fn(*args, **kwargs)
-            elapsed = time.perf_counter() - t0
-            timing.add_compute(elapsed)
-            tel.compute.record(elapsed)
-            if value is not None or cache_none:
-                cache._store_many([(k, value, ttl_for(value, override), stale_ttl, version)])
-            return value
-
-        def slow(args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None) -> Any:
-            k = full_key(args, kwargs)
-            found = cache._lookup_one(k)
-            if found.status is Status.HIT:
-                tel.time_saved += timing.mean
-                return found.env.value  # type: ignore[union-attr]
-            if found.status is Status.STALE:
-                tel.time_saved += timing.mean
-                cache._refresh_in_background(
-                    k.local,
-                    lambda: flight.do(k.local, lambda: compute(k, args, kwargs, override, False)),
-                )
-                return found.env.value  # type: ignore[union-attr]
-            tel.misses += 1
-            value, shared = flight.do(k.local, lambda: compute(k, args, kwargs, override, True))
-            if shared:  # another caller's run answered this one: not a miss after all
-                tel.misses -= 1
-                tel.singleflight_waits += 1
-            return value
-
-        wrapper = functools.wraps(fn)(hit_path(lambda args, kwargs: slow(args, kwargs, None)))
-
-        def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
-            return lambda *a, **kw: slow(a, kw, ttl)
-
-        def refresh(*args: Any, **kwargs: Any) -> Any:
-            k = full_key(args, kwargs)
-            return flight.do(k.local, lambda: compute(k, args, kwargs, None, False))[0]
-
-        def invalidate(*args: Any, **kwargs: Any) -> None:
-            cache._delete_many([full_key(args, kwargs)])
-
-        def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-            k = full_key(args, kwargs)
-            return lookup_result(k, cache._lookup_one(k))
-
+    keys = _Keys(engine, fn, fname, key, ignore)
+    calls = _Calls(engine, fn, keys, ttl=ttl, stale_ttl=stale_ttl, jitter=jitter,
+                   cache_none=cache_none, version=version)
+    if inspect.iscoroutinefunction(fn):
+        w = _async_wrapper(engine, fn, keys, calls)
     else:
-        aflight = AsyncSingleFlight()
+        w = _sync_wrapper(engine, fn, keys, calls)
+    w.cache = owner
+    w.cache_key = lambda *args, **kwargs: keys.full(args, kwargs).remote
+    return w
 
-        async def acompute(k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                           override: float | None, recheck: bool) -> Any:
-            if recheck and l1 is not None:
-                env = l1.get(k.local)
-                if env is not None and env.fresh(clock()):
-                    return env.value
-            t0 = time.perf_counter()
-            value = await fn(*args, **kwargs)
-            elapsed = time.perf_counter() - t0
-            timing.add_compute(elapsed)
-            tel.compute.record(elapsed)
-            if value is not None or cache_none:
-                await cache._astore_many([(k, value, ttl_for(value, override), stale_ttl, version)])
+
+def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _Calls) -> Any:
+    w: Any = functools.wraps(fn)(
+        engine.l1_fast_path(keys.fname, keys.shape, keys.local_only, calls.timing, calls.call)
+    )
+
+    def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
+        return lambda *a, **kw: calls.call(a, kw, ttl)
+
+    def refresh(*args: Any, **kwargs: Any) -> Any:
+        return calls.refresh_key(keys.full(args, kwargs), args, kwargs, None)
+
+    def invalidate(*args: Any, **kwargs: Any) -> None:
+        engine.delete_many([keys.full(args, kwargs)])
+
+    def lookup(*args: Any, **kwargs: Any) -> LookupResult:
+        k = keys.full(args, kwargs)
+        return calls.result(k, engine.lookup_one(k))
+
+    w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
+    return w
+
+
+def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _Calls) -> Any:
+    # The same fast path as a probe: a hit returns the value, anything else _MISS.
+    probe = engine.l1_fast_path(keys.fname, keys.shape, keys.local_only, calls.timing,
+                                lambda args, kwargs: _MISS)
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        value = probe(*args, **kwargs)
+        if value is not _MISS:
             return value
+        return await calls.acall(args, kwargs)
 
-        async def aslow(args: tuple[Any, ...], kwargs: dict[str, Any],
-                        override: float | None) -> Any:
-            k = full_key(args, kwargs)
-            found = await cache._alookup_one(k)
-            if found.status is Status.HIT:
-                tel.time_saved += timing.mean
-                return found.env.value  # type: ignore[union-attr]
-            if found.status is Status.STALE:
-                tel.time_saved += timing.mean
-                cache._arefresh_in_background(
-                    k.local,
-                    lambda: aflight.do(k.local, lambda: acompute(k, args, kwargs, override, False)),
-                )
-                return found.env.value  # type: ignore[union-attr]
-            tel.misses += 1
-            value, shared = await aflight.do(
-                k.local, lambda: acompute(k, args, kwargs, override, True)
-            )
-            if shared:  # another caller's run answered this one: not a miss after all
-                tel.misses -= 1
-                tel.singleflight_waits += 1
-            return value
+    def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
+        async def call(*a: Any, **kw: Any) -> Any:
+            return await calls.acall(a, kw, ttl)
 
-        probe = hit_path(lambda args, kwargs: _MISS)
+        return call
 
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            value = probe(*args, **kwargs)
-            if value is not _MISS:
-                return value
-            return await aslow(args, kwargs, None)
+    async def refresh(*args: Any, **kwargs: Any) -> Any:
+        return await calls.arefresh_key(keys.full(args, kwargs), args, kwargs, None)
 
-        def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
-            async def call(*a: Any, **kw: Any) -> Any:
-                return await aslow(a, kw, ttl)
+    async def invalidate(*args: Any, **kwargs: Any) -> None:
+        await engine.adelete_many([keys.full(args, kwargs)])
 
-            return call
-
-        async def refresh(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-            k = full_key(args, kwargs)
-            return (await aflight.do(k.local, lambda: acompute(k, args, kwargs, None, False)))[0]
-
-        async def invalidate(*args: Any, **kwargs: Any) -> None:  # type: ignore[misc]
-            await cache._adelete_many([full_key(args, kwargs)])
-
-        async def lookup(*args: Any, **kwargs: Any) -> LookupResult:  # type: ignore[misc]
-            k = full_key(args, kwargs)
-            return lookup_result(k, await cache._alookup_one(k))
-
-    def cache_key(*args: Any, **kwargs: Any) -> str:
-        return full_key(args, kwargs).remote
+    async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
+        k = keys.full(args, kwargs)
+        return calls.result(k, await engine.alookup_one(k))
 
     w: Any = wrapper
-    w.cache = cache
-    w.cache_key = cache_key
-    w.invalidate = invalidate
-    w.lookup = lookup
-    w.refresh = refresh
-    w.with_options = with_options
-    return w  # type: ignore[no-any-return,unused-ignore]
+    w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
+    return w

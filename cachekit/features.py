@@ -3,7 +3,7 @@
 ``cache.features("user", loader=load_users, ttl=60, version=3)`` returns a :class:`FeatureSet`.
 ``get_many(ids)`` answers what it can from L1, then looks the rest up in L2 in one round trip,
 then calls the loader once for what is still missing; every tier, TTL, fail-open and
-serialization rule is the cache's (:meth:`cachekit.Cache._lookup_many_lazy` and friends). What
+serialization rule is the engine's (:meth:`cachekit.engine.Engine.lookup_lazy` and friends). What
 this module adds is the translation between entity ids and cache keys, the loader contract,
 negative entries for ids the loader does not know, and sharing of in-flight loads per id between
 overlapping requests.
@@ -34,13 +34,14 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cachekit.cache import CacheKey, Status, StoreItem
 from cachekit.keys import stable_digest
+from cachekit.sansio import Core, adrive, drive
 from cachekit.telemetry import LatencyHistogram
+from cachekit.types import CacheKey, Found, Status, StoreItem
 
 if TYPE_CHECKING:
-    from cachekit.cache import Cache, _Found
-    from cachekit.serialization import Envelope
+    from cachekit.engine import Engine
+    from cachekit.types import Envelope
 
 __all__ = ["FeatureBatch", "FeatureResult", "FeatureSet", "PartialLoadError"]
 
@@ -49,6 +50,10 @@ log = logging.getLogger("cachekit.features")
 #: Envelope ``version`` of a negative entry; positive entries carry ``None`` there, so a cached
 #: ``None`` feature value and "this entity does not exist" stay distinguishable.
 NEGATIVE_MARK = "ck:absent"
+
+#: String ids up to this length (printable ASCII, no braces) appear as themselves in shared-tier
+#: keys, readable in redis-cli; longer or other ids are digested.
+READABLE_ID_MAX = 100
 
 _ABSENT: Any = object()  # outcome: the loader does not know this id (or a negative entry hit)
 _BAD_NAME_CHARS = frozenset(":@{} \t\n")
@@ -127,17 +132,6 @@ class _Failure:
         self.error = error
 
 
-class _Flight:
-    """One loader call in progress (thread form): who waits on it reads ``outcomes``."""
-
-    __slots__ = ("done", "error", "outcomes")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.outcomes: dict[Hashable, Any] = {}
-        self.error: BaseException | None = None
-
-
 # One entity to load: (local key, id, full cache key).
 _Item = tuple[Hashable, Any, CacheKey]
 
@@ -158,7 +152,7 @@ class FeatureSet:
 
     def __init__(
         self,
-        cache: Cache,
+        engine: Engine,
         name: str,
         *,
         loader: Callable[[list[Any]], Any],
@@ -169,23 +163,8 @@ class FeatureSet:
         jitter: float = 0.1,
         max_batch: int | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
-            raise ValueError(
-                "feature set name must be a non-empty string without : @ { } or spaces"
-            )
-        if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
-            raise ValueError("version must be an int or a string without : @ { } or spaces")
-        if not callable(loader):
-            raise TypeError("loader must be callable: loader(ids: list) -> dict[id, features]")
-        if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be positive or None, got {ttl!r}")
-        if negative_ttl is not None and negative_ttl < 0:
-            raise ValueError(f"negative_ttl must be >= 0 or None, got {negative_ttl!r}")
-        if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
-            raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
-        if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
-            raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
-        self.cache = cache
+        _validate(name, version, loader, ttl, negative_ttl, stale_ttl, jitter, max_batch)
+        self.engine = engine
         self.name = name
         self.version = version
         self.loader = loader
@@ -207,15 +186,23 @@ class FeatureSet:
         self._toks: dict[type, str] = {int: self._tok_int, str: self._tok_str}
 
         self._lock = threading.Lock()
-        self._flights: dict[Hashable, _Flight] = {}
-        self._aflights: dict[tuple[int, Hashable], asyncio.Future[dict[Hashable, Any]]] = {}
+        self._flights = engine.flights
+        # What the sync and asyncio drivers answer the read and load cores with.
+        self._ops: dict[str, Callable[..., Any]] = {
+            "lookup": engine.lookup_lazy, "refresh": self._refresh, "load": self._load,
+            "loader": self._call_loader, "store": engine.store_many,
+        }
+        self._aops: dict[str, Callable[..., Any]] = {
+            "lookup": engine.alookup_lazy, "refresh": self._arefresh, "load": self._aload,
+            "loader": self._acall_loader, "store": engine.astore_many,
+        }
         self._refreshing: set[Hashable] = set()
 
         section = f"features:{name}"
-        stats = cache._telemetry.sections.get(section)
+        stats = engine.telemetry.sections.get(section)
         if not isinstance(stats, _FeatureStats):
             stats = _FeatureStats()
-            cache._telemetry.sections[section] = stats
+            engine.telemetry.sections[section] = stats
         self._stats = stats
         self._c = stats.c
 
@@ -257,7 +244,8 @@ class FeatureSet:
         tok, val = local  # type: ignore[misc]
         if tok is self._tok_int:
             part = f"i{val}"
-        elif tok is self._tok_str and len(val) <= 100 and val.isascii() and val.isprintable() \
+        elif tok is self._tok_str and len(val) <= READABLE_ID_MAX and val.isascii() \
+                and val.isprintable() \
                 and "{" not in val and "}" not in val:
             # readable in redis-cli; braces would act as a cluster hash tag
             part = "s" + val
@@ -265,7 +253,7 @@ class FeatureSet:
             part = "h" + val
         else:
             part = "h" + stable_digest(entity_id)
-        return self.cache.make_key("feat", self._kname, part, local)
+        return self.engine.make_key("feat", self._kname, part, local)
 
     def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
         """Validated distinct ids in request order, their local keys, and the request size."""
@@ -295,7 +283,7 @@ class FeatureSet:
         uids: list[Any],
         locals_: list[Hashable],
         fresh: list[Envelope | None],
-        rest: dict[int, tuple[CacheKey, _Found]],
+        rest: dict[int, tuple[CacheKey, Found]],
     ) -> tuple[list[Any], list[int], list[int], list[_Item], list[_Item]]:
         """Values by index, the indexes known absent, the indexes to load and their items, and
         the items to refresh."""
@@ -369,43 +357,32 @@ class FeatureSet:
         self._stats.latency.record(time.perf_counter() - t0)
         return batch
 
+    def _get_core(self, ids: Iterable[Any]) -> Core[FeatureBatch]:
+        """The read path, for both forms: one L1 pass and one L2 round trip (``lookup``), a
+        background load of stale ids (``refresh``), one load of what is missing (``load``)."""
+        t0 = time.perf_counter()
+        uids, locals_, n = self._request(ids)
+        c = self._c
+        c.requested += n
+        c.unique += len(uids)
+        if not uids:
+            return FeatureBatch()
+        fresh, rest = yield ("lookup", (locals_, lambda i: self._key(locals_[i], uids[i])))
+        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
+        if stale:
+            yield ("refresh", (stale,))
+        outcomes = (yield ("load", (need,))) if need else {}
+        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+
     def get_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
         out (failed ones listed in ``.failed``). One L1 pass, one L2 round trip for the L1
         misses, one loader call for what is left (waiting on loads already in flight)."""
-        t0 = time.perf_counter()
-        uids, locals_, n = self._request(ids)
-        c = self._c
-        c.requested += n
-        c.unique += len(uids)
-        if not uids:
-            return FeatureBatch()
-        fresh, rest = self.cache._lookup_many_lazy(
-            locals_, lambda i: self._key(locals_[i], uids[i])
-        )
-        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
-        if stale:
-            self._refresh(stale)
-        outcomes = self._load(need) if need else {}
-        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+        return drive(self._get_core(ids), self._ops)
 
     async def aget_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """The asyncio form of :meth:`get_many`."""
-        t0 = time.perf_counter()
-        uids, locals_, n = self._request(ids)
-        c = self._c
-        c.requested += n
-        c.unique += len(uids)
-        if not uids:
-            return FeatureBatch()
-        fresh, rest = await self.cache._alookup_many_lazy(
-            locals_, lambda i: self._key(locals_[i], uids[i])
-        )
-        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
-        if stale:
-            self._arefresh(stale)
-        outcomes = await self._aload(need) if need else {}
-        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+        return await adrive(self._get_core(ids), self._aops)
 
     def get(self, entity_id: Any, default: Any = None) -> Any:
         """Features of one entity, or ``default`` when it does not exist or failed to load."""
@@ -436,7 +413,7 @@ class FeatureSet:
         self, chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
     ) -> tuple[dict[Hashable, Any], list[StoreItem]]:
         """Per-id outcomes of one loader call and the entries to store for them."""
-        resolve = self.cache._resolve_ttl
+        resolve = self.engine.resolve_ttl
         outcomes: dict[Hashable, Any] = {}
         store: list[StoreItem] = []
         loaded = absent = 0
@@ -460,7 +437,7 @@ class FeatureSet:
         c = self._c
         c.loaded += loaded
         c.negative_stored += absent
-        self.cache._telemetry.misses += len(chunk)
+        self.engine.record_misses(len(chunk))
         return outcomes, store
 
     def _call_loader(self, ids: list[Any]) -> Any:
@@ -486,137 +463,78 @@ class FeatureSet:
             result = await result
         return result
 
-    def _load_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
+    def _chunk_core(self, chunk: list[_Item]) -> Core[dict[Hashable, Any]]:
+        """One loader call (``loader``) and the write-back of what it returned (``store``)."""
         ids = [entity_id for _, entity_id, _ in chunk]
         c = self._c
         c.loader_calls += 1
         t0 = time.perf_counter()
         try:
-            found, failed = self._interpret(self._call_loader(ids))
+            found, failed = self._interpret((yield ("loader", (ids,))))
         except PartialLoadError as exc:
             found, failed = exc.found, exc.failed
         except BaseException:
             c.loader_errors += 1
             raise
         finally:
-            self.cache._telemetry.compute.record(time.perf_counter() - t0)
+            self.engine.telemetry.compute.record(time.perf_counter() - t0)
         outcomes, store = self._outcomes(chunk, found, failed)
         if store:
-            self.cache._store_many(store)
-        return outcomes
-
-    async def _aload_chunk(self, chunk: list[_Item]) -> dict[Hashable, Any]:
-        ids = [entity_id for _, entity_id, _ in chunk]
-        c = self._c
-        c.loader_calls += 1
-        t0 = time.perf_counter()
-        try:
-            found, failed = self._interpret(await self._acall_loader(ids))
-        except PartialLoadError as exc:
-            found, failed = exc.found, exc.failed
-        except BaseException:
-            c.loader_errors += 1
-            raise
-        finally:
-            self.cache._telemetry.compute.record(time.perf_counter() - t0)
-        outcomes, store = self._outcomes(chunk, found, failed)
-        if store:
-            await self.cache._astore_many(store)
+            yield ("store", (store,))
         return outcomes
 
     def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
         """Load ``items``: the ids no other thread is loading with one loader call, then wait
         for the others' loads. Outcomes by local key."""
-        flight = _Flight()
-        mine: list[_Item] = []
-        waits: dict[Hashable, _Flight] = {}
-        with self._lock:
-            flights = self._flights
-            for item in items:
-                other = flights.get(item[0])
-                if other is None:
-                    flights[item[0]] = flight
-                    mine.append(item)
-                else:
-                    waits[item[0]] = other
-        if waits:
-            self._c.shared += len(waits)
-            self.cache._telemetry.singleflight_waits += len(waits)
+        flight, mine, waits = self._flights.claim(item[0] for item in items)
+        self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
+            claimed = set(mine)
             try:
-                for chunk in self._split(mine):
-                    own.update(self._load_chunk(chunk))
-                flight.outcomes = own
+                for chunk in self._split([it for it in items if it[0] in claimed]):
+                    own.update(drive(self._chunk_core(chunk), self._ops))
             except BaseException as exc:
-                flight.error = exc
+                self._flights.release(flight, mine, error=exc)
                 raise
-            finally:
-                with self._lock:
-                    for lk, _, _ in mine:
-                        if flights.get(lk) is flight:
-                            del flights[lk]
-                flight.done.set()
-        if not waits:
-            return own
-        outcomes = dict(own)
+            self._flights.release(flight, mine, own)
+        outcomes = own
         for lk, other in waits.items():
-            other.done.wait()
-            if other.error is not None:
-                raise other.error
-            outcomes[lk] = other.outcomes.get(lk, _ABSENT)
+            outcomes[lk] = other.wait().get(lk, _ABSENT)
         return outcomes
 
     async def _aload(self, items: list[_Item]) -> dict[Hashable, Any]:
         loop = asyncio.get_running_loop()
-        lid = id(loop)
-        fut: asyncio.Future[dict[Hashable, Any]] = loop.create_future()
-        mine: list[_Item] = []
-        waits: dict[Hashable, asyncio.Future[dict[Hashable, Any]]] = {}
-        flights = self._aflights
-        for item in items:  # no await in this loop: atomic with respect to this loop's tasks
-            other = flights.get((lid, item[0]))
-            if other is None:
-                flights[(lid, item[0])] = fut
-                mine.append(item)
-            else:
-                waits[item[0]] = other
-        if waits:
-            self._c.shared += len(waits)
-            self.cache._telemetry.singleflight_waits += len(waits)
+        flight, mine, waits = self._flights.claim((item[0] for item in items), loop)
+        self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
+            claimed = set(mine)
             try:
-                for chunk in self._split(mine):
-                    own.update(await self._aload_chunk(chunk))
-            except asyncio.CancelledError:
-                fut.cancel()
-                raise
+                for chunk in self._split([it for it in items if it[0] in claimed]):
+                    own.update(await adrive(self._chunk_core(chunk), self._aops))
             except BaseException as exc:
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: no "exception never retrieved" when none waits
+                self._flights.release(flight, mine, error=exc, loop=loop)
                 raise
-            else:
-                fut.set_result(own)
-            finally:
-                for lk, _, _ in mine:
-                    if flights.get((lid, lk)) is fut:
-                        del flights[(lid, lk)]
-        if not waits:
-            return own
-        outcomes = dict(own)
+            self._flights.release(flight, mine, own, loop=loop)
+        outcomes = own
         orphans: list[_Item] = []
         by_lk = {item[0]: item for item in items}
         for lk, other in waits.items():
             try:
-                outcomes[lk] = (await asyncio.shield(other)).get(lk, _ABSENT)
+                outcomes[lk] = (await other.await_outcome()).get(lk, _ABSENT)
             except asyncio.CancelledError:
-                if not other.cancelled():
+                if not other.abandoned():
                     raise
                 orphans.append(by_lk[lk])  # its leader was cancelled, not us: load it
         if orphans:
             outcomes.update(await self._aload(orphans))
         return outcomes
+
+    def _count_shared(self, n: int) -> None:
+        if n:
+            self._c.shared += n
+            self.engine.record_misses(0, shared=n)
 
     # ------------------------------------------------------------------ stale-while-revalidate
 
@@ -641,7 +559,7 @@ class FeatureSet:
             finally:
                 self._release_refresh(todo)
 
-        if not self.cache._refresh_in_background(("feat", self._kname, id(todo)), work):
+        if not self.engine.refresh_in_background(("feat", self._kname, id(todo)), work):
             self._release_refresh(todo)
 
     def _arefresh(self, stale: list[_Item]) -> None:
@@ -655,7 +573,7 @@ class FeatureSet:
             finally:
                 self._release_refresh(todo)
 
-        if not self.cache._arefresh_in_background(("feat", self._kname, id(todo)), work):
+        if not self.engine.arefresh_in_background(("feat", self._kname, id(todo)), work):
             self._release_refresh(todo)
 
     # ------------------------------------------------------------------ writes
@@ -671,7 +589,7 @@ class FeatureSet:
         entity_ids = list(features)
         locals_ = self._local_keys(entity_ids)
         keys = [self._key(lk, i) for lk, i in zip(locals_, entity_ids, strict=True)]
-        resolve = self.cache._resolve_ttl
+        resolve = self.engine.resolve_ttl
         return [
             (k, v, resolve(self.ttl, self.jitter), self.stale_ttl, None)
             for k, v in zip(keys, features.values(), strict=True)
@@ -681,24 +599,45 @@ class FeatureSet:
         """Forget ``ids`` in every tier (positive and negative entries alike)."""
         keys = self._keys(ids)
         if keys:
-            self.cache._delete_many(keys)
+            self.engine.delete_many(keys)
 
     async def ainvalidate(self, ids: Iterable[Any]) -> None:
         keys = self._keys(ids)
         if keys:
-            await self.cache._adelete_many(keys)
+            await self.engine.adelete_many(keys)
 
     def prime(self, features: Mapping[Any, Any]) -> int:
         """Store ``{id: features}`` as if the loader had returned them; returns how many could
         be stored."""
-        return sum(self.cache._store_many(self._prime_items(features)))
+        return sum(self.engine.store_many(self._prime_items(features)))
 
     async def aprime(self, features: Mapping[Any, Any]) -> int:
-        return sum(await self.cache._astore_many(self._prime_items(features)))
+        return sum(await self.engine.astore_many(self._prime_items(features)))
 
     def stats(self) -> dict[str, Any]:
         """This feature set's telemetry section (also in ``cache.stats().extra``)."""
         return self._stats()
+
+
+def _validate(name: str, version: int | str, loader: Any, ttl: float | None,
+              negative_ttl: float | None, stale_ttl: float, jitter: float,
+              max_batch: int | None) -> None:
+    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
+        raise ValueError(
+            "feature set name must be a non-empty string without : @ { } or spaces"
+        )
+    if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
+        raise ValueError("version must be an int or a string without : @ { } or spaces")
+    if not callable(loader):
+        raise TypeError("loader must be callable: loader(ids: list) -> dict[id, features]")
+    if ttl is not None and ttl <= 0:
+        raise ValueError(f"ttl must be positive or None, got {ttl!r}")
+    if negative_ttl is not None and negative_ttl < 0:
+        raise ValueError(f"negative_ttl must be >= 0 or None, got {negative_ttl!r}")
+    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
+        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
+    if max_batch is not None and (not isinstance(max_batch, int) or max_batch <= 0):
+        raise ValueError(f"max_batch must be a positive int or None, got {max_batch!r}")
 
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:

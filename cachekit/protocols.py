@@ -1,13 +1,13 @@
 """The small protocols that separate cachekit's layers.
 
 Mechanisms (storage tiers, embedders, vector indexes, serializers, clocks) implement these and
-know nothing about each other; the policy in :class:`cachekit.Cache` composes them.
+know nothing about each other; the policy in :class:`cachekit.engine.Engine` composes them.
 
 Conventions shared by every implementation:
 
 * TTLs are seconds as ``float``; ``None`` means "no expiry".
 * Storage tiers raise on failure. Failing open (a backend error costs a miss) is policy and
-  lives in the cache, once, not in every backend.
+  lives in the engine, once, not in every backend.
 * Batch operations take and return sequences in request order.
 """
 

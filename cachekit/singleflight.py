@@ -1,100 +1,160 @@
-"""Single-flight: concurrent misses on one key run the work once; the others share its outcome."""
+"""Single-flight: concurrent work on one key runs once; the others share its outcome.
+
+One mechanism for every caller: the engine's per-key misses (:meth:`SingleFlight.do` and
+:meth:`SingleFlight.ado`) and the feature sets' batch loads, which claim many keys at once
+(:meth:`SingleFlight.claim`) and wait on the flights of the keys others hold.
+
+The leader's exception reaches every waiter and is not remembered: the next call after it tries
+again. Threads share flights with threads, and asyncio tasks with tasks of the same event loop:
+a future belongs to its loop, and a thread blocking on a task of its own loop would never wake.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, TypeVar
+
+__all__ = ["Flight", "SingleFlight"]
 
 T = TypeVar("T")
 
 
-class _Call:
-    __slots__ = ("done", "error", "result", "waiters")
+class Flight:
+    """Work in progress for one or more keys. The leader settles it once; waiters read it."""
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Any = None
+    __slots__ = ("_event", "_future", "error", "outcome", "waiters")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.waiters = 0  # claims that found this flight holding one of their keys
+        self.outcome: Any = None
         self.error: BaseException | None = None
-        self.waiters = 0
+        self._event = threading.Event() if loop is None else None
+        self._future: asyncio.Future[Any] | None = (
+            loop.create_future() if loop is not None else None
+        )
+
+    def settle(self, outcome: Any = None, error: BaseException | None = None) -> None:
+        """Record the outcome (or the leader's exception) and wake every waiter."""
+        self.outcome, self.error = outcome, error
+        if self._event is not None:
+            self._event.set()
+            return
+        fut = self._future
+        assert fut is not None
+        if isinstance(error, asyncio.CancelledError):
+            fut.cancel()  # the leader was cancelled, not its waiters: they take over
+        elif error is not None:
+            fut.set_exception(error)
+            fut.exception()  # retrieved: no "exception never retrieved" when none waits
+        else:
+            fut.set_result(outcome)
+
+    def wait(self) -> Any:
+        """Block until settled (thread flights); the outcome, or the leader's exception."""
+        assert self._event is not None
+        self._event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.outcome
+
+    async def await_outcome(self) -> Any:
+        """Await the outcome (asyncio flights). Raises CancelledError when the leader was
+        cancelled; the caller can tell with :meth:`abandoned`."""
+        assert self._future is not None
+        return await asyncio.shield(self._future)
+
+    def abandoned(self) -> bool:
+        """Whether the leader was cancelled before it settled anything."""
+        return self._future is not None and self._future.cancelled()
 
 
 class SingleFlight:
-    """Thread form. The leader's exception is raised in every waiter and is not remembered: the
-    next call after it tries again."""
+    """Claims of keys by flights. Thread-safe; asyncio claims are per event loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[Hashable, _Call] = {}
+        self._flights: dict[tuple[int, Hashable], Flight] = {}
+
+    def claim(
+        self, keys: Iterable[Hashable], loop: asyncio.AbstractEventLoop | None = None
+    ) -> tuple[Flight, list[Hashable], dict[Hashable, Flight]]:
+        """Claim for a new flight every key nobody is working on. Returns the flight, the keys
+        it holds (its caller must do their work, then :meth:`release`) and, for the other keys,
+        the flight holding each."""
+        scope = 0 if loop is None else id(loop)
+        flight = Flight(loop)
+        mine: list[Hashable] = []
+        others: dict[Hashable, Flight] = {}
+        counted: set[int] = set()
+        with self._lock:
+            flights = self._flights
+            for key in keys:
+                other = flights.get((scope, key))
+                if other is None:
+                    flights[(scope, key)] = flight
+                    mine.append(key)
+                else:
+                    if id(other) not in counted:
+                        counted.add(id(other))
+                        other.waiters += 1
+                    others[key] = other
+        return flight, mine, others
+
+    def waiting(self) -> int:
+        """How many callers wait on flights in progress (for tests and introspection)."""
+        with self._lock:
+            return sum(f.waiters for f in {id(f): f for f in self._flights.values()}.values())
+
+    def release(
+        self,
+        flight: Flight,
+        keys: Iterable[Hashable],
+        outcome: Any = None,
+        error: BaseException | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Drop ``flight``'s claims on ``keys`` and settle it: later callers start afresh."""
+        scope = 0 if loop is None else id(loop)
+        with self._lock:
+            for key in keys:
+                if self._flights.get((scope, key)) is flight:
+                    del self._flights[(scope, key)]
+        flight.settle(outcome, error)
 
     def do(self, key: Hashable, fn: Callable[[], T]) -> tuple[T, bool]:
-        """Run ``fn`` once per concurrent ``key``. Returns ``(result, shared)``; ``shared`` is
-        true for callers that waited on another's call."""
-        with self._lock:
-            call = self._calls.get(key)
-            leader = call is None
-            if call is None:
-                call = self._calls[key] = _Call()
-            else:
-                call.waiters += 1
-        if not leader:
-            call.done.wait()
-            if call.error is not None:
-                raise call.error
-            return call.result, True
+        """Run ``fn`` once per concurrent ``key`` among threads. Returns ``(result, shared)``;
+        ``shared`` is true for callers that waited on another's call."""
+        flight, mine, others = self.claim((key,))
+        if not mine:
+            return others[key].wait(), True
         try:
-            call.result = fn()
+            result = fn()
         except BaseException as exc:
-            call.error = exc
+            self.release(flight, mine, error=exc)
             raise
-        finally:
-            with self._lock:
-                del self._calls[key]
-            call.done.set()
-        return call.result, False
+        self.release(flight, mine, result)
+        return result, False
 
-    def in_flight(self, key: Hashable) -> bool:
-        return key in self._calls
-
-
-class AsyncSingleFlight:
-    """asyncio form. Keyed per event loop, since a future belongs to the loop that made it."""
-
-    def __init__(self) -> None:
-        self._calls: dict[tuple[int, Hashable], asyncio.Future[Any]] = {}
-
-    async def do(self, key: Hashable, fn: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+    async def ado(self, key: Hashable, fn: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        """The asyncio form of :meth:`do`, among the tasks of the running loop. A waiter whose
+        leader was cancelled takes over the work."""
         loop = asyncio.get_running_loop()
-        k = (id(loop), key)
         while True:
-            fut = self._calls.get(k)
-            if fut is None:
+            flight, mine, others = self.claim((key,), loop)
+            if mine:
                 break
+            other = others[key]
             try:
-                return await asyncio.shield(fut), True
+                return await other.await_outcome(), True
             except asyncio.CancelledError:
-                if fut.cancelled():
-                    continue  # the leader was cancelled, not us: take over its work
-                raise
-        fut = loop.create_future()
-        self._calls[k] = fut
+                if not other.abandoned():
+                    raise
         try:
             result = await fn()
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
         except BaseException as exc:
-            fut.set_exception(exc)
-            # Mark retrieved so an unawaited failure does not warn "exception never retrieved".
-            fut.exception()
+            self.release(flight, mine, error=exc, loop=loop)
             raise
-        else:
-            fut.set_result(result)
-            return result, False
-        finally:
-            if self._calls.get(k) is fut:
-                del self._calls[k]
-
-    def in_flight(self, key: Hashable) -> bool:
-        return any(k[1] == key for k in self._calls)
+        self.release(flight, mine, result, loop=loop)
+        return result, False

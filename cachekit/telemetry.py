@@ -103,6 +103,11 @@ class LatencySummary:
     max_ms: float | None
 
 
+#: Weight of the newest sample in a decorated function's mean compute time (an exponentially
+#: weighted moving average: recent calls count most, and one slow call moves it by a tenth).
+COMPUTE_EWMA_WEIGHT = 0.1
+
+
 class FunctionCounters:
     """Per decorated function: L1 hits served by its fast path, and its mean compute time.
     One increment on the hit path; :meth:`Telemetry.snapshot` folds them into the totals."""
@@ -114,7 +119,8 @@ class FunctionCounters:
         self.mean = 0.0
 
     def add_compute(self, seconds: float) -> None:
-        self.mean = seconds if self.mean == 0.0 else 0.9 * self.mean + 0.1 * seconds
+        w = COMPUTE_EWMA_WEIGHT
+        self.mean = seconds if self.mean == 0.0 else (1.0 - w) * self.mean + w * seconds
 
 
 class TierCounters:
@@ -253,7 +259,7 @@ class PrometheusCollector:
         )
 
         p = self.prefix
-        tel = self.cache._telemetry
+        tel = self.cache.engine.telemetry
         snap = self.cache.stats()
         ns = tel.namespace
         for what in ("hits", "misses", "errors", "skipped"):

@@ -230,14 +230,21 @@ def test_singleflight_shares_the_exception() -> None:
 async def test_singleflight_50_tasks() -> None:
     cache = Cache()
     calls: list[int] = []
+    release = asyncio.Event()
 
     @cache.cached
     async def slow(x: int) -> int:
         calls.append(x)
-        await asyncio.sleep(0.05)  # holds the call open so the other tasks pile up on it
+        await release.wait()  # holds the call open until every other task waits on it
         return x + 1
 
-    results = await asyncio.gather(*(slow(1) for _ in range(50)))
+    tasks = [asyncio.create_task(slow(1)) for _ in range(50)]
+    deadline = time.monotonic() + 10
+    while cache.engine.waiting() < 49:
+        assert time.monotonic() < deadline, "the other tasks never waited on the first"
+        await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*tasks)
     assert results == [2] * 50
     assert calls == [1]
     assert await slow(1) == 2

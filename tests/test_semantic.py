@@ -434,30 +434,33 @@ async def test_async_lookup_put_invalidate(emb, closing) -> None:
 
 
 async def test_event_loop_is_not_blocked_by_embedding(closing) -> None:
-    def slow_embed(texts: list[str]) -> Any:
-        time.sleep(0.3)
+    inside = threading.Event()
+    release = threading.Event()
+    gated = [False]
+
+    def gated_embed(texts: list[str]) -> Any:
+        if gated[0]:
+            inside.set()
+            # Only the event loop sets this: if embedding ran on the loop, it never would.
+            assert release.wait(30), "the event loop was blocked while embedding"
         return DeterministicTestEmbedder().embed(texts)
 
     cache = Cache()
 
-    @cache.semantic(threshold=THRESHOLD, embedder=slow_embed)
+    @cache.semantic(threshold=THRESHOLD, embedder=gated_embed)
     async def answer(prompt: str) -> str:
         return "computed"
 
     closing(answer)
     await answer.put("stored", STORED)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    task = asyncio.create_task(ticker())
-    assert (await answer.lookup(CLOSE)).status is Status.SEMANTIC_HIT
-    task.cancel()
-    assert ticks >= 5  # the loop kept running while the worker thread embedded
+    gated[0] = True
+    lookup = asyncio.create_task(answer.lookup(CLOSE))
+    deadline = time.monotonic() + 30
+    while not inside.is_set():
+        assert time.monotonic() < deadline, "embedding never started"
+        await asyncio.sleep(0.001)  # polling interval; the loop runs while the worker embeds
+    release.set()
+    assert (await lookup).status is Status.SEMANTIC_HIT
 
 
 def test_batcher_sends_a_batch_exception_to_every_caller() -> None:

@@ -1,7 +1,7 @@
 """``@cache.semantic``: answer a call from an earlier call whose text means the same.
 
 The wrapper turns a call into ``(scope, text)``: the compared text, and a digest of everything
-else that must match for two calls to share an answer. Lookups go exact-first (the cache's own
+else that must match for two calls to share an answer. Lookups go exact-first (the engine's
 L1/L2, keyed by scope and text, before anything is embedded), then to the
 :class:`~cachekit.semantic.tier.SemanticTier`, which searches only that scope and asks the hit
 policy about the nearest entries. A miss runs the function once per concurrent identical call
@@ -16,20 +16,24 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from cachekit.cache import Cache, CacheKey, LookupResult, Status
 from cachekit.keys import ArgNormalizer, stable_digest
+from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
-from cachekit.singleflight import AsyncSingleFlight, SingleFlight
+from cachekit.types import CacheKey, Found, LookupResult, Status
 
 if TYPE_CHECKING:
+    from cachekit.cache import Cache
+    from cachekit.engine import Engine
     from cachekit.protocols import Embedder, VectorIndex
     from cachekit.semantic.tier import Match, SemanticTier
 
 __all__ = ["SemanticFunction", "make_semantic"]
 
 log = logging.getLogger("cachekit.semantic")
+
+T = TypeVar("T")
 
 _VAR_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -56,7 +60,8 @@ class SemanticFunction(Protocol):
 
 
 def make_semantic(
-    cache: Cache,
+    engine: Engine,
+    owner: Cache,
     fn: Callable[..., Any] | None = None,
     *,
     threshold: float | None = None,
@@ -74,7 +79,8 @@ def make_semantic(
     cache_none: bool = False,
     index_factory: Callable[[int], VectorIndex] | None = None,
 ) -> Any:
-    """Implements :meth:`cachekit.Cache.semantic`; see ``docs/semantic.md``."""
+    """Implements :meth:`cachekit.Cache.semantic` (``owner``) over ``engine``; see
+    ``docs/semantic.md``."""
     hit_policy = resolve_policy(threshold, policy)
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
                             or not ttl > 0):
@@ -95,7 +101,7 @@ def make_semantic(
         if not callable(f):
             raise TypeError("@cache.semantic decorates a function")
         return _make(
-            cache, f, policy=hit_policy, ttl=ttl, text=text, scope=scope,
+            engine, owner, f, policy=hit_policy, ttl=ttl, text=text, scope=scope,
             embedder_factory=embedder_factory, name=name, version=version, capacity=capacity,
             max_batch=max_batch, max_wait_ms=max_wait_ms, batching=batching,
             cache_none=cache_none, index_factory=index_factory,
@@ -138,8 +144,235 @@ def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
     return i, p.name
 
 
+class _Split:
+    """Turns a call into ``(scope_key, text)``: the compared text, and a digest of everything
+    else that must match for two calls to share an answer."""
+
+    def __init__(self, fn: Callable[..., Any], fname: str, text: Callable[..., str] | None,
+                 scope: Callable[..., Any] | None) -> None:
+        self.fname = fname
+        self.text = text
+        self.scope = scope
+        self.normalize = ArgNormalizer(fn)
+        self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
+        values = self.normalize(args, kwargs)
+        if self.text is not None:
+            t = self.text(*args, **kwargs)
+            if not isinstance(t, str):
+                raise TypeError(f"{self.fname}: text= returned {type(t).__name__}, expected str")
+            # The argument the text was taken from is not scope; anything derived from it
+            # (a stripped prompt, the last message) stays in scope unless scope= says otherwise:
+            # a missed hit is cheaper than a wrong one.
+            pos = next((i for i, v in enumerate(values) if v is t), None)
+            rest: tuple[Any, ...] = values if pos is None else values[:pos] + values[pos + 1 :]
+        else:
+            t = values[self.text_pos]
+            if not isinstance(t, str):
+                raise TypeError(
+                    f"{self.fname}: the compared text argument {self.text_name!r} must be str, "
+                    f"got {type(t).__name__}"
+                )
+            rest = values[: self.text_pos] + values[self.text_pos + 1 :]
+        what = ("scope", self.scope(*args, **kwargs)) if self.scope is not None else ("args", rest)
+        return stable_digest(what), t
+
+
+#: One entry to store: (exact key, scope key, text, value).
+_Item = tuple[CacheKey, str, str, Any]
+#: What a lookup found, with what the miss path needs: (result, exact key, scope key, text).
+_Parts = tuple[LookupResult, CacheKey, str, str]
+
+
+class _SemanticCalls:
+    """Everything a ``@cache.semantic`` function does: exact lookup, semantic search, the miss
+    path and the writes. Each is one generator core (see :mod:`cachekit.sansio`), run by
+    :meth:`run` with the sync operations or by :meth:`arun` with their asyncio forms."""
+
+    def __init__(self, engine: Engine, fn: Callable[..., Any], tier: SemanticTier,
+                 split: _Split, *, ttl: float | None, version: str | int | None,
+                 cache_none: bool) -> None:
+        self.engine = engine
+        self.fn = fn
+        self.tier = tier
+        self.split = split
+        self.fname = split.fname
+        self.ttl = ttl
+        self.version = version
+        self.cache_none = cache_none
+        self.timing = engine.telemetry.function()  # the mean compute time, for time saved
+        self._ops = self._sync_ops()
+        self._aops = self._async_ops()
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def exact_key(self, scope_key: str, t: str) -> CacheKey:
+        return self.engine.make_key("sem", self.fname, stable_digest((scope_key, t)))
+
+    def key_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[CacheKey, str, str]:
+        scope_key, t = self.split(args, kwargs)
+        return self.exact_key(scope_key, t), scope_key, t
+
+    def _exact(self, k: CacheKey, found: Found) -> LookupResult | None:
+        self.tier.lookups += 1
+        if found.status is Status.HIT and found.env is not None:
+            self.tier.exact_hits += 1
+            self.engine.telemetry.time_saved += self.timing.mean
+            return LookupResult(Status.HIT, found.env.value, found.tier, k.remote,
+                                age_s=self.engine.clock() - found.env.created_at)
+        return None
+
+    def _no_text(self, k: CacheKey) -> LookupResult:
+        # An empty text is compared exactly only: it means nothing to embed.
+        self.tier.misses += 1
+        return LookupResult(Status.MISS, key=k.remote)
+
+    def _semantic(self, k: CacheKey, m: Match) -> LookupResult:
+        tier = self.tier
+        entry = m.entry
+        if entry is not None and m.similarity is not None:
+            env = tier.decode(entry)
+            if env is not None:
+                tier.semantic_hits += 1
+                tier.record_hit(m.similarity)
+                self.engine.telemetry.hits += 1
+                self.engine.telemetry.time_saved += self.timing.mean
+                return LookupResult(Status.SEMANTIC_HIT, env.value, "semantic", k.remote,
+                                    age_s=self.engine.clock() - entry.created_at,
+                                    similarity=m.similarity, matched_text=entry.text)
+        tier.misses += 1
+        return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity)
+
+    def _search_failed(self, k: CacheKey, exc: Exception) -> LookupResult:
+        # An embedder or index failure costs a miss (the function still runs), never an answer.
+        self.tier.errors += 1
+        self.tier.misses += 1
+        log.warning("cachekit: semantic lookup in %s failed (served as a miss): %r",
+                    self.fname, exc)
+        return LookupResult(Status.ERROR, key=k.remote)
+
+    def _exact_items(self, items: Sequence[_Item]) -> tuple[list[_Item], float | None]:
+        kept = [it for it in items if it[3] is not None or self.cache_none]
+        return kept, self.engine.resolve_ttl(self.ttl) if kept else None
+
+    def _semantic_items(self, kept: list[_Item], ok: list[bool]) -> list[tuple[str, str, Any]]:
+        return [(s, t, v) for (_, s, t, v), good in zip(kept, ok, strict=True) if good and t]
+
+    def add_semantic(self, items: list[tuple[str, str, Any]], ttl: float | None) -> None:
+        try:
+            self.tier.add_many(items, ttl=ttl, version=self.version)
+        except Exception as exc:
+            self.tier.errors += 1
+            log.warning("cachekit: semantic store in %s failed: %r", self.fname, exc)
+
+    def _computed(self, elapsed: float) -> None:
+        self.timing.add_compute(elapsed)
+        self.engine.telemetry.compute.record(elapsed)
+
+    def prepared(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]
+                 ) -> list[_Item]:
+        out = []
+        for value, a, kw in items:
+            k, scope_key, t = self.key_of(tuple(a), dict(kw or {}))
+            out.append((k, scope_key, t, value))
+        return out
+
+    # ------------------------------------------------------------------ cores, both forms
+
+    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[_Parts]:
+        """Exact first (``lookup``), then the semantic search (``search``)."""
+        k, scope_key, t = self.key_of(args, kwargs)
+        hit = self._exact(k, (yield ("lookup", (k,))))
+        if hit is not None:
+            return hit, k, scope_key, t
+        if not t:
+            return self._no_text(k), k, scope_key, t
+        try:
+            m = yield ("search", (scope_key, t))
+        except Exception as exc:
+            return self._search_failed(k, exc), k, scope_key, t
+        return self._semantic(k, m), k, scope_key, t
+
+    def store_core(self, items: Sequence[_Item]) -> Core[int]:
+        """Exact entries (``store``), then semantic entries for the ones stored
+        (``add_semantic``). Returns how many were stored."""
+        kept, ttl = self._exact_items(items)
+        if not kept:
+            return 0
+        ok = yield ("store", ([(k, v, ttl, 0.0, self.version) for k, _, _, v in kept],))
+        sem = self._semantic_items(kept, ok)
+        if sem:
+            yield ("add_semantic", (sem, ttl))
+        return sum(ok)
+
+    def _compute_core(self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Core[Any]:
+        t0 = time.perf_counter()
+        value = yield ("fn", (args, kwargs))
+        self._computed(time.perf_counter() - t0)
+        yield from self.store_core([(k, scope_key, t, value)])
+        return value
+
+    def call_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[Any]:
+        """A call: a hit answers, a miss computes once per concurrent identical call
+        (``flight``, given the computation's own core)."""
+        result, k, scope_key, t = yield from self.lookup_core(args, kwargs)
+        if result.hit:
+            return result.value
+        return (yield ("flight", (k, self._compute_core(k, scope_key, t, args, kwargs))))
+
+    def invalidate_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[None]:
+        k, scope_key, t = self.key_of(args, kwargs)
+        yield ("delete", ([k],))
+        yield ("unindex", (scope_key, t))
+
+    # ------------------------------------------------------------------ drivers
+
+    def _sync_ops(self) -> dict[str, Callable[..., Any]]:
+        engine, tier = self.engine, self.tier
+        return {
+            "lookup": engine.lookup_one,
+            "search": tier.search,
+            "store": engine.store_many,
+            "add_semantic": self.add_semantic,
+            "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "flight": lambda k, core: engine.single_flight(k, lambda: drive(core, self._ops)),
+            "delete": engine.delete_many,
+            "unindex": tier.invalidate,
+        }
+
+    def _async_ops(self) -> dict[str, Callable[..., Any]]:
+        engine, tier = self.engine, self.tier
+        return {
+            "lookup": engine.alookup_one,
+            "search": self._asearch,
+            "store": engine.astore_many,
+            # Embedding and index work is CPU work of milliseconds: never on the event loop.
+            "add_semantic": lambda items, ttl: asyncio.to_thread(self.add_semantic, items, ttl),
+            "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "flight": lambda k, core: engine.asingle_flight(k, lambda: adrive(core, self._aops)),
+            "delete": engine.adelete_many,
+            "unindex": lambda scope_key, t: asyncio.to_thread(tier.invalidate, scope_key, t),
+        }
+
+    def run(self, core: Core[T]) -> T:
+        return drive(core, self._ops)
+
+    async def arun(self, core: Core[T]) -> T:
+        return await adrive(core, self._aops)
+
+    async def _asearch(self, scope_key: str, t: str) -> Match:
+        batcher = self.tier.batcher
+        if batcher is not None and not batcher.closed:
+            self.tier.start()
+            return await asyncio.wrap_future(batcher.submit((scope_key, t)))
+        return await asyncio.to_thread(self.tier.search, scope_key, t)
+
+
 def _make(
-    cache: Cache,
+    engine: Engine,
+    owner: Cache,
     fn: Callable[..., Any],
     *,
     policy: HitPolicy,
@@ -161,272 +394,68 @@ def _make(
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
         fname = f"{fname}@{version}"
-    normalize = ArgNormalizer(fn)
-    text_pos, text_name = (-1, "") if text is not None else _text_parameter(fn)
+    split = _Split(fn, fname, text, scope)
     tier = SemanticTier(
-        cache, fname, embedder=embedder_factory, policy=policy, ttl=ttl, capacity=capacity,
+        engine, fname, embedder=embedder_factory, policy=policy, ttl=ttl, capacity=capacity,
         max_batch=max_batch, max_wait_ms=max_wait_ms, batching=batching,
         index_factory=index_factory,
     )
-    cache._telemetry.sections[f"semantic:{fname}"] = tier.stats
-    cache.on_close(tier.close)
-    tel = cache._telemetry
-    clock = cache.clock
-    mean_compute = [0.0]
-
-    def split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
-        """``(scope_key, text)`` of a call."""
-        values = normalize(args, kwargs)
-        if text is not None:
-            t = text(*args, **kwargs)
-            if not isinstance(t, str):
-                raise TypeError(f"{fname}: text= returned {type(t).__name__}, expected str")
-            # The argument the text was taken from is not scope; anything derived from it
-            # (a stripped prompt, the last message) stays in scope unless scope= says otherwise:
-            # a missed hit is cheaper than a wrong one.
-            pos = next((i for i, v in enumerate(values) if v is t), None)
-            rest: tuple[Any, ...] = values if pos is None else values[:pos] + values[pos + 1 :]
-        else:
-            t = values[text_pos]
-            if not isinstance(t, str):
-                raise TypeError(
-                    f"{fname}: the compared text argument {text_name!r} must be str, "
-                    f"got {type(t).__name__}"
-                )
-            rest = values[:text_pos] + values[text_pos + 1 :]
-        what = ("scope", scope(*args, **kwargs)) if scope is not None else ("args", rest)
-        return stable_digest(what), t
-
-    def exact_key(scope_key: str, t: str) -> CacheKey:
-        return cache.make_key("sem", fname, stable_digest((scope_key, t)))
-
-    def exact_result(k: CacheKey, found: Any) -> LookupResult | None:
-        if found.status is Status.HIT and found.env is not None:
-            tier.exact_hits += 1
-            tel.time_saved += mean_compute[0]
-            return LookupResult(Status.HIT, found.env.value, found.tier, k.remote,
-                                age_s=clock() - found.env.created_at)
-        return None
-
-    def semantic_result(k: CacheKey, m: Match) -> LookupResult:
-        entry = m.entry
-        if entry is not None and m.similarity is not None:
-            env = tier.decode(entry)
-            if env is not None:
-                tier.semantic_hits += 1
-                tier.record_hit(m.similarity)
-                tel.hits += 1
-                tel.time_saved += mean_compute[0]
-                return LookupResult(Status.SEMANTIC_HIT, env.value, "semantic", k.remote,
-                                    age_s=clock() - entry.created_at,
-                                    similarity=m.similarity, matched_text=entry.text)
-        tier.misses += 1
-        return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity)
-
-    def search_failed(k: CacheKey, exc: Exception) -> LookupResult:
-        # An embedder or index failure costs a miss (the function still runs), never an answer.
-        tier.errors += 1
-        tier.misses += 1
-        log.warning("cachekit: semantic lookup in %s failed (served as a miss): %r", fname, exc)
-        return LookupResult(Status.ERROR, key=k.remote)
-
-    def note_compute(elapsed: float) -> None:
-        tel.compute.record(elapsed)
-        m = mean_compute[0]
-        mean_compute[0] = elapsed if m == 0.0 else 0.9 * m + 0.1 * elapsed
-
-    def storable(value: Any) -> bool:
-        return value is not None or cache_none
-
-    def add_semantic(items: list[tuple[str, str, Any]], resolved_ttl: float | None) -> None:
-        try:
-            tier.add_many(items, ttl=resolved_ttl, version=version)
-        except Exception as exc:
-            tier.errors += 1
-            log.warning("cachekit: semantic store in %s failed: %r", fname, exc)
-
-    is_async = inspect.iscoroutinefunction(fn)
-
-    if not is_async:
-        flight = SingleFlight()
-
-        def lookup_parts(args: tuple[Any, ...], kwargs: dict[str, Any]
-                         ) -> tuple[LookupResult, CacheKey, str, str]:
-            scope_key, t = split(args, kwargs)
-            k = exact_key(scope_key, t)
-            tier.lookups += 1
-            hit = exact_result(k, cache._lookup_one(k))
-            if hit is not None:
-                return hit, k, scope_key, t
-            if not t:  # an empty text is compared exactly only: it means nothing to embed
-                tier.misses += 1
-                return LookupResult(Status.MISS, key=k.remote), k, scope_key, t
-            try:
-                m = tier.search(scope_key, t)
-            except Exception as exc:
-                return search_failed(k, exc), k, scope_key, t
-            return semantic_result(k, m), k, scope_key, t
-
-        def store_many(items: list[tuple[CacheKey, str, str, Any]]) -> int:
-            kept = [it for it in items if storable(it[3])]
-            if not kept:
-                return 0
-            resolved = cache._resolve_ttl(ttl)
-            ok = cache._store_many([(k, v, resolved, 0.0, version) for k, _, _, v in kept])
-            sem = [(s, t, v) for (_, s, t, v), good in zip(kept, ok, strict=True) if good and t]
-            add_semantic(sem, resolved)
-            return sum(ok)
-
-        def compute(k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
-            l1 = cache.l1
-            if l1 is not None:
-                # A leader that finished between our miss and our turn has stored it already.
-                env = l1.get(k.local)
-                if env is not None and env.fresh(clock()):
-                    return env.value
-            t0 = time.perf_counter()
-            value = fn(*args, **kwargs)
-            note_compute(time.perf_counter() - t0)
-            store_many([(k, scope_key, t, value)])
-            return value
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            result, k, scope_key, t = lookup_parts(args, kwargs)
-            if result.hit:
-                return result.value
-            tel.misses += 1
-            value, shared = flight.do(k.local, lambda: compute(k, scope_key, t, args, kwargs))
-            if shared:  # another caller's run answered this one
-                tel.misses -= 1
-                tel.singleflight_waits += 1
-            return value
-
-        def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-            return lookup_parts(args, kwargs)[0]
-
-        def put(value: Any, *args: Any, **kwargs: Any) -> bool:
-            scope_key, t = split(args, kwargs)
-            return store_many([(exact_key(scope_key, t), scope_key, t, value)]) > 0
-
-        def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
-            prepared = []
-            for value, a, kw in items:
-                scope_key, t = split(tuple(a), dict(kw or {}))
-                prepared.append((exact_key(scope_key, t), scope_key, t, value))
-            return store_many(prepared)
-
-        def invalidate(*args: Any, **kwargs: Any) -> None:
-            scope_key, t = split(args, kwargs)
-            cache._delete_many([exact_key(scope_key, t)])
-            tier.invalidate(scope_key, t)
-
-    else:
-        aflight = AsyncSingleFlight()
-
-        async def alookup_parts(args: tuple[Any, ...], kwargs: dict[str, Any]
-                                ) -> tuple[LookupResult, CacheKey, str, str]:
-            scope_key, t = split(args, kwargs)
-            k = exact_key(scope_key, t)
-            tier.lookups += 1
-            hit = exact_result(k, await cache._alookup_one(k))
-            if hit is not None:
-                return hit, k, scope_key, t
-            if not t:
-                tier.misses += 1
-                return LookupResult(Status.MISS, key=k.remote), k, scope_key, t
-            try:
-                batcher = tier.batcher
-                if batcher is not None and not batcher.closed:
-                    tier.start()
-                    m = await asyncio.wrap_future(batcher.submit((scope_key, t)))
-                else:
-                    # Embedding is CPU work of milliseconds: never on the event loop.
-                    m = await asyncio.to_thread(tier.search, scope_key, t)
-            except Exception as exc:
-                return search_failed(k, exc), k, scope_key, t
-            return semantic_result(k, m), k, scope_key, t
-
-        async def astore_many(items: list[tuple[CacheKey, str, str, Any]]) -> int:
-            kept = [it for it in items if storable(it[3])]
-            if not kept:
-                return 0
-            resolved = cache._resolve_ttl(ttl)
-            ok = await cache._astore_many(
-                [(k, v, resolved, 0.0, version) for k, _, _, v in kept]
-            )
-            sem = [(s, t, v) for (_, s, t, v), good in zip(kept, ok, strict=True) if good and t]
-            if sem:
-                await asyncio.to_thread(add_semantic, sem, resolved)
-            return sum(ok)
-
-        async def acompute(k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
-                           kwargs: dict[str, Any]) -> Any:
-            l1 = cache.l1
-            if l1 is not None:
-                env = l1.get(k.local)
-                if env is not None and env.fresh(clock()):
-                    return env.value
-            t0 = time.perf_counter()
-            value = await fn(*args, **kwargs)
-            note_compute(time.perf_counter() - t0)
-            await astore_many([(k, scope_key, t, value)])
-            return value
-
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            result, k, scope_key, t = await alookup_parts(args, kwargs)
-            if result.hit:
-                return result.value
-            tel.misses += 1
-            value, shared = await aflight.do(
-                k.local, lambda: acompute(k, scope_key, t, args, kwargs)
-            )
-            if shared:
-                tel.misses -= 1
-                tel.singleflight_waits += 1
-            return value
-
-        async def lookup(*args: Any, **kwargs: Any) -> LookupResult:  # type: ignore[misc]
-            return (await alookup_parts(args, kwargs))[0]
-
-        async def put(value: Any, *args: Any, **kwargs: Any) -> bool:  # type: ignore[misc]
-            scope_key, t = split(args, kwargs)
-            return await astore_many([(exact_key(scope_key, t), scope_key, t, value)]) > 0
-
-        async def put_many(  # type: ignore[misc]
-            items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]],
-        ) -> int:
-            prepared = []
-            for value, a, kw in items:
-                scope_key, t = split(tuple(a), dict(kw or {}))
-                prepared.append((exact_key(scope_key, t), scope_key, t, value))
-            return await astore_many(prepared)
-
-        async def invalidate(*args: Any, **kwargs: Any) -> None:  # type: ignore[misc]
-            scope_key, t = split(args, kwargs)
-            await cache._adelete_many([exact_key(scope_key, t)])
-            await asyncio.to_thread(tier.invalidate, scope_key, t)
-
-    def cache_key(*args: Any, **kwargs: Any) -> str:
-        """The exact-match key of a call (what an identical call is served from)."""
-        return exact_key(*split(args, kwargs)).remote
-
-    def scope_key(*args: Any, **kwargs: Any) -> str:
-        """The scope digest of a call, e.g. for ``tier.add_vectors``."""
-        return split(args, kwargs)[0]
-
-    w: Any = wrapper
-    w.cache = cache
+    engine.telemetry.sections[f"semantic:{fname}"] = tier.stats
+    engine.on_close(tier.close)
+    calls = _SemanticCalls(engine, fn, tier, split, ttl=ttl, version=version,
+                           cache_none=cache_none)
+    w = _async_wrapper(fn, calls) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, calls)
+    w.cache = owner
     w.tier = tier
     w.policy = policy
-    w.lookup = lookup
-    w.put = put
-    w.put_many = put_many
-    w.invalidate = invalidate
-    w.cache_key = cache_key
-    w.scope_key = scope_key
+    w.cache_key = lambda *args, **kwargs: calls.key_of(args, kwargs)[0].remote
+    w.scope_key = lambda *args, **kwargs: split(args, kwargs)[0]
     w.flush = tier.flush
     w.close = tier.close
+    return w
+
+
+def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return calls.run(calls.call_core(args, kwargs))
+
+    def lookup(*args: Any, **kwargs: Any) -> LookupResult:
+        return calls.run(calls.lookup_core(args, kwargs))[0]
+
+    def put(value: Any, *args: Any, **kwargs: Any) -> bool:
+        k, scope_key, t = calls.key_of(args, kwargs)
+        return calls.run(calls.store_core([(k, scope_key, t, value)])) > 0
+
+    def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
+        return calls.run(calls.store_core(calls.prepared(items)))
+
+    def invalidate(*args: Any, **kwargs: Any) -> None:
+        calls.run(calls.invalidate_core(args, kwargs))
+
+    w: Any = wrapper
+    w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
+    return w
+
+
+def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return await calls.arun(calls.call_core(args, kwargs))
+
+    async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
+        return (await calls.arun(calls.lookup_core(args, kwargs)))[0]
+
+    async def put(value: Any, *args: Any, **kwargs: Any) -> bool:
+        k, scope_key, t = calls.key_of(args, kwargs)
+        return await calls.arun(calls.store_core([(k, scope_key, t, value)])) > 0
+
+    async def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
+        return await calls.arun(calls.store_core(calls.prepared(items)))
+
+    async def invalidate(*args: Any, **kwargs: Any) -> None:
+        await calls.arun(calls.invalidate_core(args, kwargs))
+
+    w: Any = wrapper
+    w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
     return w

@@ -15,9 +15,11 @@ Ids are derived from ``(scope, text)`` (63 bits of BLAKE2b), so every process gi
 same id without asking anyone: storing the same text again replaces the entry, replaying a
 stream message twice is harmless, and invalidation needs no lookup.
 
-With Redis, each entry is a hash ``{prefix}:{ns}:sem:{name}:e:{id}`` (Redis TTL = entry TTL) and
-every addition or removal is announced on the stream ``{prefix}:{ns}:sem:{name}:log``. One daemon
-thread per tier builds the local index by SCAN at start and then follows the stream.
+When the shared tier offers a :class:`~cachekit.semantic.persistence.SemanticStore` (Redis does),
+every entry is also written there and every addition or removal announced on its log. One daemon
+thread per tier builds the local index from the store's snapshot at start and then polls the log
+(:meth:`~cachekit.semantic.persistence.SemanticStore.read_after`). This module holds the policy
+(what to share, when to rebuild, what to apply); the store only moves records.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import hashlib
 import heapq
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -40,6 +41,7 @@ import msgpack
 import numpy as np
 
 from cachekit.semantic.batcher import MicroBatcher
+from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StoredEntry
 from cachekit.semantic.policy import HitPolicy
 from cachekit.serialization import (
     Envelope,
@@ -48,25 +50,33 @@ from cachekit.serialization import (
     encode_envelope,
 )
 from cachekit.telemetry import LatencyHistogram
+from cachekit.types import FAILED
 
 if TYPE_CHECKING:
-    from cachekit.cache import Cache
+    from cachekit.engine import Engine
     from cachekit.protocols import Embedder, VectorIndex
+    from cachekit.semantic.persistence import SemanticStore
 
 __all__ = ["Match", "SemanticEntry", "SemanticTier", "entry_id"]
 
 log = logging.getLogger("cachekit.semantic")
 
 _SAVE_FORMAT = 1
+#: Hit similarities kept for the stats' median (a sliding window).
 _SIMILARITY_SAMPLES = 10_000
-_REDIS_CHUNK = 500
+#: Bytes of BLAKE2b behind an entry id: 64 bits, shifted to 63 so an id fits a signed int64.
+ENTRY_ID_DIGEST_BYTES = 8
+#: Seconds the sync thread waits after a failed step, doubling up to the maximum.
+_SYNC_BACKOFF_S = 0.05
+_SYNC_BACKOFF_MAX_S = 5.0
 
 
 def entry_id(scope: str, text: str) -> int:
     """The id of the entry for ``text`` in ``scope``: stable across processes, 63 bits, so never
     the ``-1`` that pads search results."""
     raw = f"{len(scope)}:{scope}|{text}".encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") >> 1
+    digest = hashlib.blake2b(raw, digest_size=ENTRY_ID_DIGEST_BYTES).digest()
+    return int.from_bytes(digest, "big") >> 1  # a non-negative int64
 
 
 @dataclass(slots=True)
@@ -103,7 +113,7 @@ class SemanticTier:
 
     def __init__(
         self,
-        cache: Cache,
+        engine: Engine,
         name: str,
         *,
         embedder: Callable[[], Embedder],
@@ -122,7 +132,7 @@ class SemanticTier:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates!r}")
-        self.cache = cache
+        self.engine = engine
         self.name = name
         self.policy = policy
         self.ttl = ttl
@@ -135,7 +145,7 @@ class SemanticTier:
         self._entries: OrderedDict[int, SemanticEntry] = OrderedDict()
         self._indexes: dict[str, VectorIndex] = {}
         self._expiry: list[tuple[float, int]] = []
-        self._seen_version = cache.version
+        self._seen_version = engine.version
 
         self.batcher: MicroBatcher[tuple[str, str], Match] | None = (
             MicroBatcher(
@@ -148,7 +158,7 @@ class SemanticTier:
             else None
         )
 
-        # Counters; the decorator counts lookups, the tier what happens inside.
+        # Counters: lookups and their outcomes are counted by the decorator, the rest here.
         self.lookups = 0
         self.exact_hits = 0
         self.semantic_hits = 0
@@ -162,24 +172,19 @@ class SemanticTier:
         self._similarities: deque[float] = deque(maxlen=_SIMILARITY_SAMPLES)
         self._min_similarity: float | None = None
 
-        # Redis sharing (only with a Redis shared tier).
-        self._redis = _redis_tier(cache)
-        self._base = f"{cache.key_prefix}:{cache.namespace}:sem:{name}"
-        self._log_key = f"{self._base}:log"
-        # A token that lives as long as Redis keeps this tier's data: a restart or a flush
-        # loses it, which tells the sync thread its index no longer matches and must be rebuilt
-        # (a reconnecting pool would otherwise hide the restart).
-        self._gen_key = f"{self._base}:gen"
+        # Sharing through the shared tier, when it offers a semantic store (Redis does).
+        self._store = _semantic_store(
+            engine, f"{engine.key_prefix}:{engine.namespace}:sem:{name}", stream_maxlen
+        )
         self._gen: bytes | None = None
         self._origin = uuid.uuid4().hex.encode()
         self._sync_interval_s = sync_interval_s
-        self._stream_maxlen = stream_maxlen
         self._sync_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._start_lock = threading.Lock()
         self.resyncs = 0
-        if self._redis is None:
+        if self._store is None:
             self._ready.set()
 
     # ------------------------------------------------------------------ embedder and indexes
@@ -196,8 +201,8 @@ class SemanticTier:
 
     @property
     def shared(self) -> bool:
-        """Whether entries are shared through Redis."""
-        return self._redis is not None
+        """Whether entries are shared through the shared tier (Redis)."""
+        return self._store is not None
 
     def _new_index(self, dim: int) -> VectorIndex:
         if self._index_factory is not None:
@@ -223,7 +228,7 @@ class SemanticTier:
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
-        now = self.cache.clock()
+        now = self.engine.clock()
         self.purge_expired(now)
         if not requests:
             return []
@@ -241,7 +246,7 @@ class SemanticTier:
         for i in wanted:
             by_scope.setdefault(requests[i][0], []).append(i)
         out = [Match(None, None) for _ in requests]
-        version = self.cache.version
+        version = self.engine.version
         for scope, idxs in by_scope.items():
             self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
         return out
@@ -302,7 +307,7 @@ class SemanticTier:
 
     def decode(self, entry: SemanticEntry) -> Envelope | None:
         try:
-            return decode_envelope(self.cache.serializer, entry.value)
+            return decode_envelope(self.engine.serializer, entry.value)
         except SerializationError as exc:
             self.errors += 1
             log.warning("cachekit: unreadable semantic entry %d treated as a miss: %s",
@@ -371,9 +376,9 @@ class SemanticTier:
         encoded: bool,
     ) -> int:
         self.start()
-        ttl = self.cache._resolve_ttl(ttl if ttl is not None else self.ttl)
-        now = self.cache.clock()
-        ns_version = self.cache.version
+        ttl = self.engine.resolve_ttl(ttl if ttl is not None else self.ttl)
+        now = self.engine.clock()
+        ns_version = self.engine.version
         entries: list[SemanticEntry] = []
         rows: list[int] = []
         for row, (scope, text, value) in enumerate(items):
@@ -383,10 +388,10 @@ class SemanticTier:
                 data = value
             else:
                 try:
-                    data = encode_envelope(self.cache.serializer,
+                    data = encode_envelope(self.engine.serializer,
                                            Envelope(value, now, ttl, 0.0, version))
                 except SerializationError as exc:
-                    self.cache._telemetry.serialization_errors += 1
+                    self.engine.telemetry.serialization_errors += 1
                     log.warning("cachekit: not caching semantic entry: %s", exc)
                     continue
             expires = None if ttl is None else now + ttl
@@ -396,11 +401,11 @@ class SemanticTier:
         if not entries:
             return 0
         kept = vecs[rows]
-        if self._redis is not None:
-            self._redis_write(entries, kept, ttl)
+        if self._store is not None:
+            self._share(entries, kept, ttl)
         evicted = self._insert(entries, kept)
-        if evicted and self._redis is not None:
-            self._redis_delete([e.id for e in evicted])
+        if evicted and self._store is not None:
+            self._unshare([e.id for e in evicted])
         self.purge_expired(now)
         return len(entries)
 
@@ -460,13 +465,13 @@ class SemanticTier:
         self.start()
         id_ = entry_id(scope, text)
         existed = self.remove_ids([id_]) > 0
-        if self._redis is not None:
-            self._redis_delete([id_])
+        if self._store is not None:
+            self._unshare([id_])
         return existed
 
     def purge_expired(self, now: float | None = None) -> int:
         """Remove expired entries (and those of a retired namespace version) from the index."""
-        now = self.cache.clock() if now is None else now
+        now = self.engine.clock() if now is None else now
         gone: list[SemanticEntry] = []
         with self._lock:
             heap = self._expiry
@@ -477,7 +482,7 @@ class SemanticTier:
                     del self._entries[id_]
                     gone.append(e)
             self.expirations += len(gone)
-            version = self.cache.version
+            version = self.engine.version
             if version != self._seen_version:
                 self._seen_version = version
                 stale = [e for e in self._entries.values() if e.version != version]
@@ -546,7 +551,7 @@ class SemanticTier:
         for scope, sub in meta["scopes"].items():
             indexes[scope] = self._load_index(root / "scopes" / sub)
         rows = msgpack.unpackb((root / "entries.msgpack").read_bytes(), raw=False)
-        now = self.cache.clock()
+        now = self.engine.clock()
         stamp = time.monotonic()
         with self._lock:
             self.clear()
@@ -558,7 +563,7 @@ class SemanticTier:
                     heapq.heappush(self._expiry, (expires, id_))
             # Versions are per cache instance; what was saved belongs to this one now.
             for e in self._entries.values():
-                e.version = self.cache.version
+                e.version = self.engine.version
             for scope, index in list(indexes.items()):
                 from_index = set(_index_ids(index))
                 known = {e.id for e in self._entries.values() if e.scope == scope}
@@ -625,7 +630,7 @@ class SemanticTier:
 
     def start(self) -> None:
         """Start following Redis (idempotent; a no-op without Redis). Called on first use."""
-        if self._redis is None or self._sync_thread is not None or self._stop.is_set():
+        if self._store is None or self._sync_thread is not None or self._stop.is_set():
             return
         with self._start_lock:
             if self._sync_thread is None and not self._stop.is_set():
@@ -653,108 +658,54 @@ class SemanticTier:
         if t is not None and t is not threading.current_thread():
             t.join(5.0)
 
-    # ------------------------------------------------------------------ Redis
+    # ------------------------------------------------------------------ sharing
 
-    def _entry_key(self, id_: int) -> str:
-        return f"{self._base}:e:{id_}"
-
-    def _pipeline(self, client: Any) -> Any:
-        assert self._redis is not None
-        return client.pipeline() if self._redis.is_cluster else client.pipeline(transaction=False)
-
-    def _redis_write(self, entries: Sequence[SemanticEntry], vecs: np.ndarray,
-                     ttl: float | None) -> None:
-        assert self._redis is not None
-        client = self._redis.client
+    def _share(self, entries: Sequence[SemanticEntry], vecs: np.ndarray,
+               ttl: float | None) -> None:
+        """Write entries to the shared store, one guarded call per chunk: an entry is marked
+        shared only when its chunk was written."""
+        store = self._store
+        assert store is not None
         emb = self.embedder.name
-        px = None if ttl is None else max(1, math.ceil(ttl * 1000))
-        for start in range(0, len(entries), _REDIS_CHUNK):
-            chunk = entries[start : start + _REDIS_CHUNK]
-
-            def write(chunk: Sequence[SemanticEntry] = chunk, base: int = start) -> None:
-                pipe = self._pipeline(client)
-                for j, e in enumerate(chunk):
-                    key = self._entry_key(e.id)
-                    pipe.hset(key, mapping={
-                        "vec": vecs[base + j].tobytes(),
-                        "text": e.text.encode("utf-8", "surrogatepass"),
-                        "scope": e.scope,
-                        "value": e.value,
-                        "created_at": repr(e.created_at),
-                        "expires_at": "" if e.expires_at is None else repr(e.expires_at),
-                        "v": str(e.version),
-                        "emb": emb,
-                    })
-                    if px is not None:
-                        pipe.pexpire(key, px)
-                    else:
-                        pipe.persist(key)
-                pipe.execute()
-                # Announced only after the hashes are written (a cluster pipeline may run on
-                # several nodes in any order), so a reader never fetches an entry too early.
-                client.xadd(self._log_key, {"op": "add", "src": self._origin,
-                                            "ids": " ".join(str(e.id) for e in chunk)},
-                            maxlen=self._stream_maxlen, approximate=True)
-
-            ok = self.cache._l2_call(write)
-            if ok is not _failed():
+        for start in range(0, len(entries), PIPELINE_CHUNK):
+            chunk = entries[start : start + PIPELINE_CHUNK]
+            stored = [
+                StoredEntry(e.id, e.scope, e.text, e.value, e.created_at, e.expires_at, e.version,
+                            emb, vecs[start + j])
+                for j, e in enumerate(chunk)
+            ]
+            if self.engine.l2_call(store.write, stored, ttl, self._origin) is not FAILED:
                 for e in chunk:
                     e.shared = True
 
-    def _redis_delete(self, ids: Sequence[int]) -> None:
-        assert self._redis is not None
-        client = self._redis.client
-        for start in range(0, len(ids), _REDIS_CHUNK):
-            chunk = list(ids[start : start + _REDIS_CHUNK])
+    def _unshare(self, ids: Sequence[int]) -> None:
+        store = self._store
+        assert store is not None
+        for start in range(0, len(ids), PIPELINE_CHUNK):
+            self.engine.l2_call(store.delete, list(ids[start : start + PIPELINE_CHUNK]),
+                                self._origin)
 
-            def delete(chunk: list[int] = chunk) -> None:
-                client.delete(*(self._entry_key(i) for i in chunk))
-                client.xadd(self._log_key, {"op": "del", "src": self._origin,
-                                            "ids": " ".join(map(str, chunk))},
-                            maxlen=self._stream_maxlen, approximate=True)
-
-            self.cache._l2_call(delete)
-
-    def _fetch(self, client: Any, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]]:
-        """HGETALL the entries (missing and expired ones are skipped). Raises on Redis errors."""
-        out: list[tuple[SemanticEntry, np.ndarray]] = []
-        now = self.cache.clock()
+    def _fetch(self, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]]:
+        """The stored entries of ``ids`` that this tier can use. Raises on store errors."""
+        assert self._store is not None
+        stored, bad = self._store.fetch(ids)
+        for id_, reason in bad:
+            self.errors += 1
+            log.warning("cachekit: malformed semantic entry %d ignored: %s", id_, reason)
+        now = self.engine.clock()
         emb = self.embedder.name
-        for start in range(0, len(ids), _REDIS_CHUNK):
-            chunk = ids[start : start + _REDIS_CHUNK]
-            pipe = self._pipeline(client)
-            for i in chunk:
-                pipe.hgetall(self._entry_key(i))
-            for id_, h in zip(chunk, pipe.execute(), strict=True):
-                parsed = self._parse(id_, h, now, emb)
-                if parsed is not None:
-                    out.append(parsed)
-        return out
-
-    def _parse(self, id_: int, h: dict[bytes, bytes], now: float,
-               emb: str) -> tuple[SemanticEntry, np.ndarray] | None:
-        if not h or b"vec" not in h:
-            return None
-        try:
-            if h.get(b"emb", b"").decode() != emb:
+        out: list[tuple[SemanticEntry, np.ndarray]] = []
+        for s in stored:
+            if s.embedder != emb:
                 self.errors += 1
                 log.warning("cachekit: semantic entry %d was embedded by %r, not %r; ignored",
-                            id_, h.get(b"emb"), emb)
-                return None
-            raw_exp = h.get(b"expires_at", b"")
-            expires = float(raw_exp) if raw_exp else None
-            if expires is not None and expires <= now:
-                return None
-            vec = np.frombuffer(h[b"vec"], dtype=np.float32)
-            e = SemanticEntry(
-                id_, h[b"scope"].decode(), h[b"text"].decode("utf-8", "surrogatepass"),
-                h[b"value"], float(h[b"created_at"]), expires, int(h[b"v"]), shared=True,
-            )
-        except (KeyError, ValueError, UnicodeDecodeError) as exc:
-            self.errors += 1
-            log.warning("cachekit: malformed semantic entry %d ignored: %r", id_, exc)
-            return None
-        return e, vec
+                            s.id, s.embedder, emb)
+                continue
+            if s.expires_at is not None and s.expires_at <= now:
+                continue
+            out.append((SemanticEntry(s.id, s.scope, s.text, s.value, s.created_at,
+                                      s.expires_at, s.version, shared=True), s.vector))
+        return out
 
     def _apply_adds(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
         by_dim: dict[int, list[int]] = {}
@@ -769,24 +720,13 @@ class SemanticTier:
             if ok:
                 self._insert([entries[j] for j in ok], vecs[ok])
 
-    def _resync(self, client: Any) -> bytes:
-        """Rebuild the local state from Redis. Returns the stream id to follow from."""
+    def _resync(self) -> bytes:
+        """Rebuild the local state from the store. Returns the log cursor to follow from."""
+        assert self._store is not None
         scan_started = time.monotonic()
-        client.set(self._gen_key, uuid.uuid4().hex, nx=True)
-        self._gen = client.get(self._gen_key)
-        # Captured before the scan: anything announced during it is read from the stream
-        # afterwards (applying an add or a del twice is harmless), so nothing is missed.
-        last = client.xrevrange(self._log_key, count=1)
-        last_id: bytes = last[0][0] if last else b"0-0"
-        prefix = f"{self._entry_key(0)[:-1]}"
-        ids: list[int] = []
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            k = key.decode() if isinstance(key, bytes) else key
-            try:
-                ids.append(int(k[len(prefix):]))
-            except ValueError:
-                continue
-        fetched = self._fetch(client, ids)
+        snap = self._store.snapshot()
+        self._gen = snap.generation
+        fetched = self._fetch(snap.ids)
         self._apply_adds(fetched)
         present = {e.id for e, _ in fetched}
         with self._lock:
@@ -794,26 +734,21 @@ class SemanticTier:
                      if e.shared and e.stamp < scan_started and e.id not in present]
         self.remove_ids(stale)
         self.resyncs += 1
-        return last_id
+        return snap.cursor
 
-    def _apply_stream(self, client: Any, messages: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        now_ms = time.time() * 1000.0
-        for msg_id, fields in messages:
-            if fields.get(b"src") == self._origin:
+    def _apply_log(self, messages: Sequence[LogMessage]) -> None:
+        now = time.time()
+        for m in messages:
+            if m.origin == self._origin:
                 continue
-            try:
-                ids = [int(x) for x in fields.get(b"ids", b"").split()]
-            except ValueError:
-                continue
-            op = fields.get(b"op")
-            if op == b"add":
-                self._apply_adds(self._fetch(client, ids))
-            elif op == b"del":
-                self.remove_ids(ids)
-            self.sync_lag.record(max(0.0, now_ms - float(msg_id.split(b"-")[0])) / 1000.0)
+            if m.op == "add":
+                self._apply_adds(self._fetch(m.ids))
+            elif m.op == "del":
+                self.remove_ids(m.ids)
+            self.sync_lag.record(max(0.0, now - m.at_s))
 
     def _sync_loop(self) -> None:
-        backoff = 0.05
+        backoff = _SYNC_BACKOFF_S
         last: bytes | None = None
         while not self._stop.is_set():
             try:
@@ -826,44 +761,31 @@ class SemanticTier:
             if not ok:
                 # Messages may have been missed: the next step rescans, after a backoff.
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, _SYNC_BACKOFF_MAX_S)
                 continue
-            backoff = 0.05
+            backoff = _SYNC_BACKOFF_S
             if not more:
                 self._stop.wait(self._sync_interval_s)
 
     def _sync_step(self, last: bytes | None) -> tuple[bytes | None, bool, bool]:
-        """One poll: ``(stream id to go on from, succeeded, more messages waiting)``."""
-        assert self._redis is not None
-        failed = _failed()
-        client = self._redis.client
+        """One poll: ``(log cursor to go on from, succeeded, more messages waiting)``."""
+        store = self._store
+        assert store is not None
         if last is None:
-            got = self.cache._l2_call(self._resync, client)
-            if got is failed:
+            got = self.engine.l2_call(self._resync)
+            if got is FAILED:
                 return None, False, False
             last = got
             self._ready.set()
-
-        def read(cursor: bytes = last) -> Any:
-            pipe = self._pipeline(client)
-            pipe.get(self._gen_key)
-            pipe.xread({self._log_key: cursor}, count=1000)
-            return pipe.execute()
-
-        got = self.cache._l2_call(read)
-        if got is failed:
+        read = self.engine.l2_call(store.read_after, last)
+        if read is FAILED:
             return None, False, False
-        gen, resp = got
-        if gen != self._gen:
-            return None, True, True  # Redis lost this tier's data (restart, flush): rebuild
-        more = False
-        if resp:
-            messages = resp[0][1]
-            self._apply_stream(client, messages)
-            last = messages[-1][0]
-            more = len(messages) >= 1000
+        if read.generation != self._gen:
+            return None, True, True  # the store lost this tier's data (restart, flush): rebuild
+        if read.messages:
+            self._apply_log(read.messages)
         self.purge_expired()
-        return last, True, more
+        return read.cursor, True, read.more
 
 
 def _index_ids(index: Any) -> list[int]:
@@ -871,18 +793,7 @@ def _index_ids(index: Any) -> list[int]:
     return [int(i) for i in ids()] if callable(ids) else []
 
 
-def _failed() -> Any:
-    from cachekit.cache import _FAILED
-
-    return _FAILED
-
-
-def _redis_tier(cache: Cache) -> Any:
-    l2 = cache.l2
-    if l2 is None or not hasattr(l2, "client") or not hasattr(l2, "is_cluster"):
-        return None
-    try:
-        from cachekit.storage.redis import RedisTier
-    except ImportError:  # pragma: no cover - redis extra not installed
-        return None
-    return l2 if isinstance(l2, RedisTier) else None
+def _semantic_store(engine: Engine, base: str, log_maxlen: int) -> SemanticStore | None:
+    """The shared tier's semantic store, when it offers one."""
+    make = getattr(engine.l2, "semantic_store", None)
+    return make(base, log_maxlen) if callable(make) else None

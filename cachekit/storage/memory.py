@@ -95,15 +95,6 @@ class MemoryStore(Generic[V]):
         with self._lock:
             self._data.clear()
 
-    def purge_expired(self) -> int:
-        """Drop every expired entry now; returns how many. O(entries), so not on any hot path."""
-        now = self.clock()
-        with self._lock:
-            dead = [k for k, item in self._data.items() if item.expires <= now]
-            for k in dead:
-                del self._data[k]
-        return len(dead)
-
     def __len__(self) -> int:
         """Entries held, expired ones not yet dropped included."""
         return len(self._data)

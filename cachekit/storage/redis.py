@@ -1,7 +1,7 @@
 """Redis storage tier: standalone, TLS, unix socket or Redis Cluster, sync and asyncio.
 
 This is a mechanism, not a policy. Every method raises on failure (a dead server, a timeout,
-a wrong password); turning errors into misses and tripping a circuit breaker is the cache's job.
+a wrong password); turning errors into misses and tripping a circuit breaker is the engine's job.
 What this module does guarantee is that a failure is *cheap*: socket and connect timeouts are
 always set and redis-py's automatic retries are switched off, so a dead server costs about one
 timeout per call rather than redis-py's default of ten retries with exponential backoff.
@@ -174,6 +174,13 @@ class RedisTier:
     def __repr__(self) -> str:
         target = _redact(self._url) if self._url else "<shared client>"
         return f"RedisTier(name={self.name!r}, url={target!r}, cluster={self._is_cluster})"
+
+    def semantic_store(self, base: str, log_maxlen: int = 100_000) -> Any:
+        """A :class:`~cachekit.semantic.persistence.SemanticStore` on this tier's client, with
+        its keys under ``base``: how a semantic tier shares its entries through Redis."""
+        from cachekit.semantic.persistence import RedisSemanticStore
+
+        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen)
 
     # -- clients -------------------------------------------------------------------------
 

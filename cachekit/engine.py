@@ -1,0 +1,774 @@
+"""The engine: every caching policy lives here, once, behind a public interface.
+
+Mechanisms below it (storage tiers, serializers, the breaker, single-flight, telemetry) are
+dumb; entry points above it (the exact decorator, feature sets, the semantic decorator and tier)
+translate their world into these calls:
+
+* keys and TTLs: :meth:`Engine.make_key`, :meth:`Engine.resolve_ttl`;
+* reads: :meth:`Engine.lookup_one`, :meth:`Engine.lookup_many`, :meth:`Engine.lookup_lazy`;
+* writes: :meth:`Engine.store_many`, :meth:`Engine.delete_many`;
+* misses: :meth:`Engine.single_flight` (one computation per concurrent miss, counted once),
+  :meth:`Engine.refresh_in_background` (stale-while-revalidate);
+* the shared tier directly: :meth:`Engine.l2_call` (an error or an open circuit costs
+  :data:`~cachekit.types.FAILED`, never an exception);
+* the L1 hit fast path of decorated functions: :meth:`Engine.l1_fast_path`;
+* the namespace version: :attr:`Engine.version`, :meth:`Engine.invalidate_namespace`.
+
+Every operation that may touch the shared tier has an asyncio mirror with an ``a`` prefix.
+Both forms run one core: the rule is a generator that yields the shared-tier operation it needs,
+``(StorageTier method name, argument)``, and is sent back the guarded result. :meth:`Engine._run`
+drives a core with the sync tier and :meth:`Engine._arun` with its asyncio mirror (the sans-IO
+pattern of h11), so no rule is written twice. A generator costs a fraction of a microsecond per
+operation, which only the paths that miss L1 pay; the L1 hit fast path runs no core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cachekit.breaker import CircuitBreaker
+from cachekit.keys import SCALAR_SIGNATURES, all_scalar, local_key
+from cachekit.protocols import Clock, Entry, Serializer
+from cachekit.serialization import (
+    SerializationError,
+    decode_envelope,
+    encode_envelope,
+    get_serializer,
+)
+from cachekit.singleflight import SingleFlight
+from cachekit.storage.memory import MemoryStore
+from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
+from cachekit.types import FAILED, CacheKey, Envelope, Found, Status, StoreItem
+
+if TYPE_CHECKING:
+    from cachekit.protocols import AsyncStorageTier, StorageTier
+
+__all__ = ["Engine", "KeyShape"]
+
+log = logging.getLogger("cachekit")
+
+T = TypeVar("T")
+
+#: A shared-tier operation a core needs: (StorageTier method name, its one argument).
+L2Op = tuple[str, Any]
+#: A rule written once for both forms: yields L2Ops, is sent their guarded results.
+Core = Generator[L2Op, Any, T]
+
+#: The positional fast path of a decorated function, from ``ArgNormalizer.positional_fast_path``:
+#: (fewest positional arguments, most positional arguments, the defaults filling the rest).
+KeyShape = tuple[int, int, tuple[Any, ...]]
+
+#: Seconds between two "shared tier error" warnings: a dead Redis must not flood the logs.
+WARNING_INTERVAL_S = 10.0
+#: L1 hit latency is recorded for one fast-path hit in this many (a power of two): timing every
+#: hit would cost more than the rest of the hit path.
+HIT_SAMPLE_EVERY = 64
+
+
+class Engine:
+    """A tiered cache's policy: in-process L1, optional shared L2, and everything around them.
+
+    Built by :class:`cachekit.Cache`, which documents the arguments; entry points receive it.
+    """
+
+    def __init__(
+        self,
+        *,
+        l2: StorageTier | None,
+        namespace: str,
+        l1: bool,
+        l1_max_entries: int,
+        l1_max_bytes: int,
+        default_ttl: float | None,
+        serializer: str | Serializer,
+        breaker_failures: int,
+        breaker_reset_s: float,
+        version_refresh_s: float,
+        refresh_workers: int,
+        clock: Clock | Callable[[], float],
+        random: Callable[[], float],
+        key_prefix: str,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace or any(c in namespace for c in "{} \n"):
+            raise ValueError("namespace must be a non-empty string without spaces or braces")
+        if default_ttl is not None and default_ttl <= 0:
+            raise ValueError("default_ttl must be positive or None")
+        self.namespace = namespace
+        self.default_ttl = default_ttl
+        self.clock = clock
+        self.random = random
+        self.key_prefix = key_prefix
+        self.serializer: Serializer = get_serializer(serializer)
+        #: Live counters; entry points record what only they can see (semantic hits, time saved).
+        self.telemetry = Telemetry(namespace)
+        self.l2: StorageTier | None = l2
+        self.l1: MemoryStore[Envelope] | None = (
+            MemoryStore(l1_max_entries, l1_max_bytes, clock) if l1 else None
+        )
+        if self.l1 is None and self.l2 is None:
+            raise ValueError("l1=False needs a shared tier: pass redis_url or l2")
+        self._l1c = self.telemetry.tier("l1")
+        self._l2c = self.telemetry.tier("l2") if self.l2 is not None else None
+        self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s)
+
+        self._version = 0
+        self._version_prefix = f"{key_prefix}:{namespace}:v"
+        self._version_key = f"{key_prefix}:{namespace}:__version__"
+        self._version_refresh_s = version_refresh_s
+        # The hit path compares against this one float; inf when there is nothing to refresh.
+        self._next_version_check = float("-inf") if self.l2 is not None else float("inf")
+        self._version_lock = threading.Lock()
+
+        #: The single-flight claims of every entry point of this cache (keys are full local
+        #: keys, unique across entry points): per-key misses here, batch loads in feature sets.
+        self.flights = SingleFlight()
+        self._refresh_workers = refresh_workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._refreshing: set[Hashable] = set()
+        self._refresh_lock = threading.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closers: list[Callable[[], None]] = []
+        self._last_warning = 0.0
+
+    # ------------------------------------------------------------------ drivers
+
+    def _run(self, core: Core[T]) -> T:
+        """Drive ``core`` with the sync shared tier."""
+        try:
+            op = next(core)
+            while True:
+                name, arg = op
+                op = core.send(self.l2_call(getattr(self.l2, name), arg))
+        except StopIteration as done:
+            return done.value
+
+    async def _arun(self, core: Core[T]) -> T:
+        """Drive ``core`` with the asyncio shared tier: the ``a``-prefixed mirror of each op."""
+        try:
+            op = next(core)
+            tier = self._async_l2()
+            while True:
+                name, arg = op
+                op = core.send(await self.al2_call(getattr(tier, "a" + name), arg))
+        except StopIteration as done:
+            return done.value
+
+    def _async_l2(self) -> AsyncStorageTier:
+        tier = self.l2
+        if not hasattr(tier, "aget_many"):
+            raise TypeError(f"shared tier {type(tier).__name__} has no asyncio interface")
+        return tier  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ keys and ttl
+
+    def make_key(self, kind: str, name: str, part: str, local: Hashable | None = None) -> CacheKey:
+        """A key for entries of ``kind`` (``f`` functions, ``kv``, ``feat``, ``sem`` ...) owned
+        by ``name``; ``part`` identifies the entry within it. ``local`` defaults to the remote
+        string."""
+        version = self._version
+        remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
+        return CacheKey(remote if local is None else local, remote, version)
+
+    def _current(self, keys: Sequence[CacheKey]) -> Sequence[CacheKey]:
+        """``keys`` re-made for the current namespace version: a bump seen by the version check
+        that runs inside a batch operation must apply to keys built just before it."""
+        version = self._version
+        if all(k.version == version for k in keys):
+            return keys
+        cut = len(self._version_prefix)
+        return [
+            k if k.version == version else CacheKey(
+                k.local, f"{self._version_prefix}{version}:{k.remote[cut:].split(':', 1)[1]}",
+                version,
+            )
+            for k in keys
+        ]
+
+    def resolve_ttl(self, ttl: float | None, jitter: float = 0.0) -> float | None:
+        """The TTL to store with: ``None`` means the default; ``jitter`` shortens it at random
+        by up to that fraction."""
+        if ttl is None:
+            ttl = self.default_ttl
+        if ttl is None:
+            return None
+        if ttl <= 0:
+            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        if jitter:
+            # Only ever shorten: a TTL is a promise about staleness, not a suggestion.
+            ttl = ttl * (1.0 - jitter * self.random())
+        return ttl
+
+    # ------------------------------------------------------------------ namespace version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def _set_version(self, version: int) -> None:
+        with self._version_lock:
+            changed = version != self._version
+            self._version = version
+        if changed:
+            self.clear_l1()
+
+    def clear_l1(self) -> None:
+        """Drop this process's in-memory entries (the shared tier keeps its own)."""
+        if self.l1 is not None:
+            self.l1.clear()
+
+    def _version_core(self, now: float) -> Core[None]:
+        """Re-read the namespace version from the shared tier when it is due (callers test
+        ``now >= _next_version_check`` first: a generator costs more than the test)."""
+        if now < self._next_version_check or self.l2 is None:
+            return
+        self._next_version_check = now + self._version_refresh_s
+        got = yield ("get_many", [self._version_key])
+        if got is not FAILED:
+            self._set_version(int(got[0]) if got[0] is not None else 0)
+
+    def _invalidate_core(self) -> Core[bool]:
+        if self.l2 is None:
+            with self._version_lock:
+                self._version += 1
+            self.clear_l1()
+            return True
+        new = yield ("incr", self._version_key)
+        if new is FAILED:
+            log.warning("cachekit: could not bump namespace %r: shared tier unavailable",
+                        self.namespace)
+            return False
+        self._set_version(int(new))
+        return True
+
+    def invalidate_namespace(self) -> bool:
+        """Bump the namespace version in the shared tier (or locally without one); False, with
+        the old version kept, when the shared tier could not be reached."""
+        return self._run(self._invalidate_core())
+
+    async def ainvalidate_namespace(self) -> bool:
+        return await self._arun(self._invalidate_core())
+
+    # ------------------------------------------------------------------ guarded shared tier
+
+    @property
+    def breaker_state(self) -> str | None:
+        return self._breaker.state if self.l2 is not None else None
+
+    def _l2_failed(self, exc: BaseException) -> None:
+        assert self._l2c is not None
+        self._l2c.errors += 1
+        self._breaker.record_failure()
+        now = time.monotonic()
+        if now - self._last_warning > WARNING_INTERVAL_S:
+            self._last_warning = now
+            log.warning("cachekit: shared tier error (served as a miss): %r", exc)
+
+    def l2_call(self, op: Callable[..., T], *args: Any) -> T:
+        """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit
+        breaker. An error or an open circuit returns :data:`~cachekit.types.FAILED` (a miss for
+        the caller), never an exception."""
+        assert self._l2c is not None
+        if not self._breaker.allow():
+            self._l2c.skipped += 1
+            return FAILED
+        t0 = time.perf_counter()
+        try:
+            result = op(*args)
+        except Exception as exc:
+            self._l2_failed(exc)
+            return FAILED
+        self._l2c.latency.record(time.perf_counter() - t0)
+        self._breaker.record_success()
+        return result
+
+    async def al2_call(self, op: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """The asyncio form of :meth:`l2_call`."""
+        assert self._l2c is not None
+        if not self._breaker.allow():
+            self._l2c.skipped += 1
+            return FAILED
+        t0 = time.perf_counter()
+        try:
+            result = await op(*args)
+        except Exception as exc:
+            self._l2_failed(exc)
+            return FAILED
+        self._l2c.latency.record(time.perf_counter() - t0)
+        self._breaker.record_success()
+        return result
+
+    # ------------------------------------------------------------------ lookups
+
+    def _l2_merge(
+        self,
+        keys: Sequence[CacheKey],
+        found: list[Found],
+        datas: list[bytes | None] | Any,
+        now: float,
+    ) -> None:
+        """Fold one shared-tier read into ``found`` (one entry per key)."""
+        if datas is FAILED:
+            for i, f in enumerate(found):
+                if f.status is Status.MISS:
+                    found[i] = Found(Status.ERROR)
+            return
+        for i, data in enumerate(datas):
+            found[i] = self._l2_found(keys[i], found[i], data, now)
+
+    def _l2_found(self, key: CacheKey, prev: Found, data: bytes | None, now: float) -> Found:
+        """What the shared tier's bytes for ``key`` make of ``prev`` (what L1 found)."""
+        l2c = self._l2c
+        assert l2c is not None
+        if data is None:
+            l2c.misses += 1
+            return prev
+        try:
+            env = decode_envelope(self.serializer, data)
+        except SerializationError as exc:
+            l2c.errors += 1
+            self.telemetry.serialization_errors += 1
+            log.warning("cachekit: unreadable entry %s treated as a miss: %s", key.remote, exc)
+            return prev
+        if env.fresh(now):
+            l2c.hits += 1
+            self._fill_l1(key.local, env, data, now)
+            return Found(Status.HIT, env, "l2")
+        if env.servable_stale(now):
+            l2c.hits += 1
+            return prev if prev.status is Status.STALE else Found(Status.STALE, env, "l2")
+        l2c.misses += 1
+        return prev
+
+    def _fill_l1(self, local: Hashable, env: Envelope, data: bytes, now: float) -> None:
+        if self.l1 is None:
+            return
+        remaining = None
+        if env.ttl is not None:
+            remaining = env.created_at + env.ttl + env.stale_ttl - now
+            if remaining <= 0:
+                return
+        self.l1.set(local, env, remaining, len(data))
+
+    def _count(self, found: Sequence[Found]) -> None:
+        tel = self.telemetry
+        for f in found:
+            if f.status is Status.HIT:
+                tel.hits += 1
+            elif f.status is Status.STALE:
+                tel.stale_hits += 1
+
+    def _lookup_one_core(self, key: CacheKey) -> Core[Found]:
+        now = self.clock()
+        if now >= self._next_version_check:
+            yield from self._version_core(now)
+        key, found = self._l1_one(key, now)
+        if found.status is not Status.HIT and self.l2 is not None:
+            datas = yield ("get_many", [key.remote])
+            if datas is FAILED:
+                if found.status is Status.MISS:
+                    found = Found(Status.ERROR)
+            else:
+                found = self._l2_found(key, found, datas[0], now)
+        if found.status is Status.HIT:
+            self.telemetry.hits += 1
+        elif found.status is Status.STALE:
+            self.telemetry.stale_hits += 1
+        return found
+
+    def lookup_one(self, key: CacheKey) -> Found:
+        """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
+        without the batch bookkeeping of :meth:`lookup_many`."""
+        return self._run(self._lookup_one_core(key))
+
+    async def alookup_one(self, key: CacheKey) -> Found:
+        return await self._arun(self._lookup_one_core(key))
+
+    def _l1_one(self, key: CacheKey, now: float) -> tuple[CacheKey, Found]:
+        if key.version != self._version:
+            key = self._current([key])[0]
+        if self.l1 is None:
+            return key, Found(Status.MISS)
+        env = self.l1.get(key.local)
+        if env is not None and env.fresh(now):
+            self._l1c.hits += 1
+            return key, Found(Status.HIT, env, "l1")
+        self._l1c.misses += 1
+        if env is not None and env.servable_stale(now):
+            return key, Found(Status.STALE, env, "l1")
+        return key, Found(Status.MISS)
+
+    def l1_fresh(self, key: CacheKey) -> Envelope | None:
+        """The fresh L1 envelope of ``key``, if any (no counting, no shared tier)."""
+        if self.l1 is None:
+            return None
+        env = self.l1.get(key.local)
+        return env if env is not None and env.fresh(self.clock()) else None
+
+    def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found]:
+        """What each key finds: one L1 pass, then one shared-tier round trip for the L1 misses."""
+        return _merge_found(
+            *self._run(self._lazy_core([k.local for k in keys], self._key_at(keys)))
+        )
+
+    async def alookup_many(self, keys: Sequence[CacheKey]) -> list[Found]:
+        return _merge_found(
+            *await self._arun(self._lazy_core([k.local for k in keys], self._key_at(keys)))
+        )
+
+    def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[int], CacheKey]:
+        # Called after the lookup's version check: a key built before a bump gets the new version.
+        return lambda i: self._current([keys[i]])[0]
+
+    def lookup_lazy(
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
+        """The batch lookup shaped for large batches that are mostly L1 hits (feature sets).
+
+        Entries are given by their local keys; ``key_of(i)`` builds the full key of entry ``i``
+        and is called only for entries L1 cannot answer, and an L1 hit allocates nothing, since
+        at hundreds of entries per call those costs dominate. Returns the fresh L1 envelopes by
+        index (``None`` elsewhere) and, for every other index, its key and what L2 found.
+        """
+        return self._run(self._lazy_core(locals_, key_of))
+
+    async def alookup_lazy(
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
+        return await self._arun(self._lazy_core(locals_, key_of))
+
+    def _lazy_core(
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+    ) -> Core[tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]]:
+        now = self.clock()
+        if now >= self._next_version_check:
+            yield from self._version_core(now)
+        fresh, pending, stale = self._l1_pass(locals_, now)
+        if not pending:
+            return fresh, {}
+        keys = [key_of(i) for i in pending]
+        found = [
+            Found(Status.STALE, stale[i], "l1") if i in stale else Found(Status.MISS)
+            for i in pending
+        ]
+        if self.l2 is not None:
+            datas = yield ("get_many", [k.remote for k in keys])
+            self._l2_merge(keys, found, datas, now)
+        self._count(found)
+        return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
+
+    def _l1_pass(
+        self, locals_: Sequence[Hashable], now: float
+    ) -> tuple[list[Envelope | None], list[int], dict[int, Envelope]]:
+        """The L1 pass of a batch lookup: fresh envelopes by index, the indexes still to look
+        up, and the stale L1 envelopes among those."""
+        fresh: list[Envelope | None] = [None] * len(locals_)
+        stale: dict[int, Envelope] = {}
+        l1 = self.l1
+        if l1 is None:
+            return fresh, list(range(len(locals_))), stale
+        pending: list[int] = []
+        # Raw items rather than MemoryStore.get: one clock read for the whole batch instead of
+        # one per key. The envelope's own windows lie inside the stored expiry, so checking
+        # them checks both.
+        getitem = l1.getitem
+        t0 = time.perf_counter()
+        for i, local in enumerate(locals_):
+            try:
+                env = getitem(local).value
+            except KeyError:
+                pending.append(i)
+                continue
+            ttl = env.ttl
+            if ttl is None or now < env.created_at + ttl:
+                fresh[i] = env
+                continue
+            if env.servable_stale(now):
+                stale[i] = env
+            pending.append(i)
+        self._l1c.latency.record(time.perf_counter() - t0)
+        self._l1c.misses += len(pending)
+        hits = len(locals_) - len(pending)
+        self._l1c.hits += hits
+        self.telemetry.hits += hits
+        return fresh, pending, stale
+
+    # ------------------------------------------------------------------ writes
+
+    def _encode_many(self, items: Sequence[StoreItem]) -> tuple[list[bool], list[Entry]]:
+        now = self.clock()
+        if any(item[0].version != self._version for item in items):
+            fresh = self._current([item[0] for item in items])
+            items = [(k, *item[1:]) for k, item in zip(fresh, items, strict=True)]
+        ok: list[bool] = []
+        entries: list[Entry] = []
+        for key, value, ttl, stale_ttl, version in items:
+            env = Envelope(value, now, ttl, stale_ttl if ttl is not None else 0.0, version)
+            try:
+                data = encode_envelope(self.serializer, env)
+            except SerializationError as exc:
+                self.telemetry.serialization_errors += 1
+                log.warning("cachekit: not caching %s: %s", key.remote, exc)
+                ok.append(False)
+                continue
+            ok.append(True)
+            if self.l1 is not None:
+                self.l1.set(key.local, env, env.storage_ttl, len(data))
+            entries.append((key.remote, data, env.storage_ttl))
+        return ok, entries
+
+    def _store_core(self, items: Sequence[StoreItem]) -> Core[list[bool]]:
+        ok, entries = self._encode_many(items)
+        if entries and self.l2 is not None:
+            yield ("set_many", entries)
+        return ok
+
+    def store_many(self, items: Sequence[StoreItem]) -> list[bool]:
+        """Write every ``(key, value, ttl, stale_ttl, version)`` to L1 and the shared tier;
+        returns, per item, whether its value could be serialized (a shared-tier failure is
+        not reported: the entry is in L1 and the next reader elsewhere misses)."""
+        return self._run(self._store_core(items))
+
+    async def astore_many(self, items: Sequence[StoreItem]) -> list[bool]:
+        return await self._arun(self._store_core(items))
+
+    def _delete_core(self, keys: Sequence[CacheKey]) -> Core[None]:
+        keys = self._current(keys)
+        if self.l1 is not None:
+            for k in keys:
+                self.l1.delete(k.local)
+        if keys and self.l2 is not None:
+            yield ("delete_many", [k.remote for k in keys])
+
+    def delete_many(self, keys: Sequence[CacheKey]) -> None:
+        """Forget ``keys`` in L1 and in the shared tier."""
+        self._run(self._delete_core(keys))
+
+    async def adelete_many(self, keys: Sequence[CacheKey]) -> None:
+        await self._arun(self._delete_core(keys))
+
+    # ------------------------------------------------------------------ misses
+
+    def _flight_work(self, key: CacheKey, work: Callable[[], T], miss: bool) -> Callable[[], Any]:
+        if not miss or self.l1 is None:
+            return work
+
+        def leader() -> Any:
+            # A leader that finished between our miss and our turn has stored it already.
+            env = self.l1_fresh(key)
+            return env.value if env is not None else work()
+
+        return leader
+
+    def single_flight(self, key: CacheKey, work: Callable[[], T], *, miss: bool = True) -> T:
+        """Run ``work`` once for every concurrent caller with ``key``; the others wait and share
+        its result or its exception (which is not cached: the next call tries again).
+
+        ``miss``: the call is a cache miss: it is counted as one (a caller served by another's
+        run counts as a single-flight wait instead), and the one that runs first re-checks L1.
+        """
+        if miss:
+            self.record_misses(1)
+        value, shared = self.flights.do(key.local, self._flight_work(key, work, miss))
+        if shared and miss:
+            self.record_misses(-1, shared=1)
+        return value
+
+    async def asingle_flight(
+        self, key: CacheKey, work: Callable[[], Awaitable[T]], *, miss: bool = True
+    ) -> T:
+        """The asyncio form of :meth:`single_flight`."""
+        if miss:
+            self.record_misses(1)
+
+        async def leader() -> Any:
+            env = self.l1_fresh(key)
+            return env.value if env is not None else await work()
+
+        run = leader if miss and self.l1 is not None else work
+        value, shared = await self.flights.ado(key.local, run)
+        if shared and miss:
+            self.record_misses(-1, shared=1)
+        return value
+
+    def record_misses(self, missed: int, shared: int = 0) -> None:
+        """Count lookups nothing answered (``missed``) and callers served by a computation
+        another caller had in flight (``shared``): what an entry point's own single-flight
+        (feature sets' batch loads) must report."""
+        tel = self.telemetry
+        tel.misses += missed
+        tel.singleflight_waits += shared
+
+    def waiting(self) -> int:
+        """How many callers wait on another caller's computation right now (for tests and
+        introspection)."""
+        return self.flights.waiting()
+
+    def _claim_refresh(self, token: Hashable) -> bool:
+        with self._refresh_lock:
+            if token in self._refreshing:
+                return False
+            self._refreshing.add(token)
+            return True
+
+    def _refresh_done(self, token: Hashable, ok: bool) -> None:
+        if ok:
+            self.telemetry.refreshes += 1
+        else:
+            self.telemetry.refresh_errors += 1
+        with self._refresh_lock:
+            self._refreshing.discard(token)
+
+    def refresh_in_background(self, token: Hashable, work: Callable[[], Any]) -> bool:
+        """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way.
+        A failure is logged and counted; the old value stays."""
+        if not self._claim_refresh(token):
+            return False
+        with self._refresh_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._refresh_workers, thread_name_prefix="cachekit-refresh"
+                )
+            executor = self._executor
+
+        def run() -> None:
+            ok = False
+            try:
+                work()
+                ok = True
+            except Exception:
+                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
+            finally:
+                self._refresh_done(token, ok)
+
+        executor.submit(run)
+        return True
+
+    def arefresh_in_background(self, token: Hashable, work: Callable[[], Awaitable[Any]]) -> bool:
+        """The asyncio form of :meth:`refresh_in_background`: a task on the running loop."""
+        if not self._claim_refresh(token):
+            return False
+
+        async def run() -> None:
+            ok = False
+            try:
+                await work()
+                ok = True
+            except Exception:
+                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
+            finally:
+                self._refresh_done(token, ok)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    def refreshing(self) -> bool:
+        """Whether a background refresh is under way (for tests and graceful shutdown)."""
+        return bool(self._refreshing)
+
+    # ------------------------------------------------------------------ L1 hit fast path
+
+    def l1_fast_path(
+        self,
+        fname: str,
+        shape: KeyShape | None,
+        local_key_of: Callable[[tuple[Any, ...], dict[str, Any]], Hashable],
+        timing: FunctionCounters,
+        on_miss: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+    ) -> Callable[..., Any]:
+        """The L1 hit path of a decorated function, as a function of the call's arguments.
+
+        Serves a fresh L1 entry of the current namespace version and hands everything else to
+        ``on_miss(args, kwargs)``. Returned as a function so a sync decorator's wrapper *is* this
+        function: a Python call layer costs about a tenth of an L1 hit. For positional scalar
+        arguments within ``shape`` the local key ``(fname, values, types)`` is built inline;
+        other calls get theirs from ``local_key_of(args, kwargs)``. Every attribute lookup here
+        shows in the hit cost, hence the local names.
+        """
+        l1_item = self.l1.getitem if self.l1 is not None else None
+        first_default, nparams, defaults = shape if shape is not None else (0, -1, ())
+        # Argument-type signatures known to be all scalars: tested inline first, since even the
+        # call to all_scalar shows in the hit cost.
+        scalar_sigs = SCALAR_SIGNATURES
+        perf_counter = time.perf_counter
+        clock = self.clock
+        record = self._l1c.latency.record
+        engine = self
+        sample_mask = HIT_SAMPLE_EVERY - 1
+
+        def fast(*args: Any, **kwargs: Any) -> Any:
+            if l1_item is None:
+                return on_miss(args, kwargs)
+            n = len(args)
+            if not kwargs and first_default <= n <= nparams:
+                values = args if n == nparams else args + defaults[n:]
+                types = tuple(map(type, values))
+                if types in scalar_sigs or all_scalar(types):
+                    lk: Hashable = (fname, values, types)
+                else:
+                    plain = local_key(values, types)
+                    lk = (fname, *plain) if plain is not None else local_key_of(args, kwargs)
+            else:
+                lk = local_key_of(args, kwargs)
+            sampled = not timing.hits & sample_mask
+            t0 = perf_counter() if sampled else 0.0
+            try:
+                env = l1_item(lk).value
+            except KeyError:
+                return on_miss(args, kwargs)
+            # Freshness implies the store's own expiry (fresh-until <= stored-until), so one
+            # clock read decides both; past the version check time, the slow path checks it.
+            now = clock()
+            if (env.ttl is not None and now >= env.created_at + env.ttl) or (
+                now >= engine._next_version_check
+            ):
+                return on_miss(args, kwargs)
+            timing.hits += 1
+            if sampled:
+                record(perf_counter() - t0)
+            return env.value
+
+        return fast
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stats(self) -> CacheStats:
+        return self.telemetry.snapshot(self.breaker_state)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the cache closes: entry points with background work (the semantic
+        tier's batcher and Redis sync threads) register their shutdown here."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        """Stop background work and release connections. Idempotent."""
+        closers, self._closers = self._closers, []
+        for fn in closers:
+            try:
+                fn()
+            except Exception:
+                log.warning("cachekit: error while closing", exc_info=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        if self.l2 is not None:
+            try:
+                self.l2.close()
+            except Exception:  # closing a dead connection must not raise either
+                log.debug("cachekit: error closing shared tier", exc_info=True)
+
+
+def _merge_found(
+    fresh: list[Envelope | None], rest: dict[int, tuple[CacheKey, Found]]
+) -> list[Found]:
+    return [
+        Found(Status.HIT, env, "l1") if env is not None else rest[i][1]
+        for i, env in enumerate(fresh)
+    ]

@@ -1,0 +1,260 @@
+"""Where a semantic tier shares its entries with other processes: the mechanism, no policy.
+
+A :class:`SemanticStore` keeps one record per entry (with the entry's TTL) and a log that
+announces every addition and removal. The tier (:mod:`cachekit.semantic.tier`) decides what to
+write, when to rebuild and what to apply; a store only moves records. Stores raise on failure:
+the tier calls them through the engine's guarded shared-tier call.
+
+A shared tier offers a store by having ``semantic_store(base_key) -> SemanticStore``
+(:meth:`cachekit.storage.redis.RedisTier.semantic_store` does); any other tier keeps its
+semantic entries in-process.
+
+The Redis layout of :class:`RedisSemanticStore`: each entry is a hash ``{base}:e:{id}`` (Redis
+TTL = entry TTL), the log is the stream ``{base}:log``, and ``{base}:gen`` is a token that lives
+as long as Redis keeps this tier's data: a restart or a flush loses it, which tells a follower
+its index no longer matches (a reconnecting pool would otherwise hide the restart).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "LOG_READ_BATCH",
+    "PIPELINE_CHUNK",
+    "SCAN_BATCH",
+    "LogMessage",
+    "LogRead",
+    "RedisSemanticStore",
+    "SemanticStore",
+    "Snapshot",
+    "StoredEntry",
+]
+
+#: Most entries written, deleted or fetched per pipeline round trip.
+PIPELINE_CHUNK = 500
+#: Most log messages returned by one read; a full batch means more are waiting.
+LOG_READ_BATCH = 1000
+#: Keys asked per SCAN step while listing entries.
+SCAN_BATCH = 1000
+#: Approximate length the log is trimmed to on every append.
+LOG_MAXLEN = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One entry as shared: what a tier needs to rebuild it and its vector."""
+
+    id: int
+    scope: str
+    text: str
+    value: bytes
+    created_at: float
+    expires_at: float | None
+    version: int
+    embedder: str
+    vector: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class LogMessage:
+    """One announcement: ``op`` is ``"add"`` or ``"del"`` of ``ids``, by writer ``origin``;
+    ``at_s`` is when the log received it (seconds since the epoch)."""
+
+    cursor: bytes
+    op: str
+    origin: bytes
+    ids: tuple[int, ...]
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """One read of the log: the store's generation token, the messages (malformed ones left
+    out), the cursor to read after next time, and whether more messages are waiting."""
+
+    generation: bytes | None
+    messages: list[LogMessage]
+    cursor: bytes
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a rebuild starts from: the store's generation token, the log position to follow
+    from, and the ids of every stored entry."""
+
+    generation: bytes | None
+    cursor: bytes
+    ids: list[int]
+
+
+@runtime_checkable
+class SemanticStore(Protocol):
+    """Shared semantic entries and their log. Every method raises on failure."""
+
+    def write(self, entries: Sequence[StoredEntry], ttl: float | None, origin: bytes) -> None:
+        """Store ``entries`` (replacing same ids), then announce them on the log."""
+        ...
+
+    def delete(self, ids: Sequence[int], origin: bytes) -> None:
+        """Remove the entries of ``ids`` and announce it on the log."""
+        ...
+
+    def fetch(self, ids: Sequence[int]) -> tuple[list[StoredEntry], list[tuple[int, str]]]:
+        """The stored entries of ``ids`` (absent ones skipped), and ``(id, reason)`` for those
+        that could not be read."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """Start (or join) a generation and list every entry. The cursor is taken before the
+        listing, so what is announced during it is read from the log afterwards."""
+        ...
+
+    def read_after(self, cursor: bytes) -> LogRead:
+        """The log messages after ``cursor`` (at most :data:`LOG_READ_BATCH`), with the
+        generation token read in the same round trip."""
+        ...
+
+
+class RedisSemanticStore:
+    """:class:`SemanticStore` on a redis-py client (standalone or cluster). ``client`` returns
+    the client at each use (a tier creates its client lazily)."""
+
+    def __init__(self, client: Callable[[], Any], cluster: bool, base: str,
+                 log_maxlen: int = LOG_MAXLEN) -> None:
+        self._client = client
+        self.cluster = cluster
+        self.base = base
+        self.log_maxlen = log_maxlen
+        self.log_key = f"{base}:log"
+        self.gen_key = f"{base}:gen"
+        self._entry_prefix = f"{base}:e:"
+
+    def entry_key(self, id_: int) -> str:
+        return f"{self._entry_prefix}{id_}"
+
+    @property
+    def client(self) -> Any:
+        return self._client()
+
+    def _pipeline(self) -> Any:
+        client = self.client
+        return client.pipeline() if self.cluster else client.pipeline(transaction=False)
+
+    def _announce(self, op: str, ids: Iterator[int] | Sequence[int], origin: bytes) -> None:
+        self.client.xadd(self.log_key, {"op": op, "src": origin, "ids": " ".join(map(str, ids))},
+                         maxlen=self.log_maxlen, approximate=True)
+
+    def write(self, entries: Sequence[StoredEntry], ttl: float | None, origin: bytes) -> None:
+        px = None if ttl is None else max(1, math.ceil(ttl * 1000))
+        for start in range(0, len(entries), PIPELINE_CHUNK):
+            chunk = entries[start : start + PIPELINE_CHUNK]
+            pipe = self._pipeline()
+            for e in chunk:
+                key = self.entry_key(e.id)
+                pipe.hset(key, mapping=_to_hash(e))
+                if px is not None:
+                    pipe.pexpire(key, px)
+                else:
+                    pipe.persist(key)
+            pipe.execute()
+            # Announced only after the hashes are written (a cluster pipeline may run on
+            # several nodes in any order), so a reader never fetches an entry too early.
+            self._announce("add", (e.id for e in chunk), origin)
+
+    def delete(self, ids: Sequence[int], origin: bytes) -> None:
+        for start in range(0, len(ids), PIPELINE_CHUNK):
+            chunk = list(ids[start : start + PIPELINE_CHUNK])
+            self.client.delete(*(self.entry_key(i) for i in chunk))
+            self._announce("del", chunk, origin)
+
+    def fetch(self, ids: Sequence[int]) -> tuple[list[StoredEntry], list[tuple[int, str]]]:
+        found: list[StoredEntry] = []
+        bad: list[tuple[int, str]] = []
+        for start in range(0, len(ids), PIPELINE_CHUNK):
+            chunk = ids[start : start + PIPELINE_CHUNK]
+            pipe = self._pipeline()
+            for i in chunk:
+                pipe.hgetall(self.entry_key(i))
+            for id_, h in zip(chunk, pipe.execute(), strict=True):
+                if not h or b"vec" not in h:
+                    continue  # expired or deleted since it was announced
+                try:
+                    found.append(_from_hash(id_, h))
+                except (KeyError, ValueError, UnicodeDecodeError) as exc:
+                    bad.append((id_, repr(exc)))
+        return found, bad
+
+    def snapshot(self) -> Snapshot:
+        client = self.client
+        client.set(self.gen_key, uuid.uuid4().hex, nx=True)
+        generation = client.get(self.gen_key)
+        last = client.xrevrange(self.log_key, count=1)
+        cursor: bytes = last[0][0] if last else b"0-0"
+        prefix = self._entry_prefix
+        ids: list[int] = []
+        for key in client.scan_iter(match=f"{prefix}*", count=SCAN_BATCH):
+            k = key.decode() if isinstance(key, bytes) else key
+            try:
+                ids.append(int(k[len(prefix):]))
+            except ValueError:
+                continue
+        return Snapshot(generation, cursor, ids)
+
+    def read_after(self, cursor: bytes) -> LogRead:
+        pipe = self._pipeline()
+        pipe.get(self.gen_key)
+        pipe.xread({self.log_key: cursor}, count=LOG_READ_BATCH)
+        generation, resp = pipe.execute()
+        if not resp:
+            return LogRead(generation, [], cursor, False)
+        raw = resp[0][1]
+        return LogRead(generation, _messages(raw), raw[-1][0], len(raw) >= LOG_READ_BATCH)
+
+
+def _messages(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> list[LogMessage]:
+    out: list[LogMessage] = []
+    for msg_id, fields in raw:
+        try:
+            ids = tuple(int(x) for x in fields.get(b"ids", b"").split())
+        except ValueError:
+            continue  # malformed: announces nothing (the cursor still moves past it)
+        out.append(LogMessage(msg_id, fields.get(b"op", b"").decode(errors="replace"),
+                              fields.get(b"src", b""), ids,
+                              float(msg_id.split(b"-")[0]) / 1000.0))
+    return out
+
+
+def _to_hash(e: StoredEntry) -> dict[str, Any]:
+    return {
+        "vec": np.asarray(e.vector, dtype=np.float32).tobytes(),
+        "text": e.text.encode("utf-8", "surrogatepass"),
+        "scope": e.scope,
+        "value": e.value,
+        "created_at": repr(e.created_at),
+        "expires_at": "" if e.expires_at is None else repr(e.expires_at),
+        "v": str(e.version),
+        "emb": e.embedder,
+    }
+
+
+def _from_hash(id_: int, h: dict[bytes, bytes]) -> StoredEntry:
+    raw_exp = h.get(b"expires_at", b"")
+    return StoredEntry(
+        id=id_,
+        scope=h[b"scope"].decode(),
+        text=h[b"text"].decode("utf-8", "surrogatepass"),
+        value=h[b"value"],
+        created_at=float(h[b"created_at"]),
+        expires_at=float(raw_exp) if raw_exp else None,
+        version=int(h[b"v"]),
+        embedder=h.get(b"emb", b"").decode(),
+        vector=np.frombuffer(h[b"vec"], dtype=np.float32),
+    )

@@ -1,0 +1,89 @@
+"""Small values every layer may use: statuses, lookup results, keys and the found-entry record.
+
+This module sits at the bottom of the package: it imports nothing of cachekit but the envelope
+(defined with its codec in :mod:`cachekit.serialization`, re-exported here).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cachekit.serialization import Envelope
+
+__all__ = [
+    "FAILED",
+    "CacheKey",
+    "Envelope",
+    "Found",
+    "LookupResult",
+    "Status",
+    "StoreItem",
+]
+
+
+class _Failed:
+    """The type of :data:`FAILED`; a named singleton so it reads well in a debugger."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FAILED"
+
+
+#: What a guarded shared-tier call returns when the call errored or the circuit breaker skipped
+#: it. Compare with ``is``: a tier's own result can be anything, ``None`` included.
+FAILED: Final[Any] = _Failed()
+
+
+class Status(str, enum.Enum):
+    """The outcome of a lookup. A status, never ``None``: ``None`` can be a cached value."""
+
+    HIT = "hit"
+    SEMANTIC_HIT = "semantic_hit"
+    STALE = "stale"
+    MISS = "miss"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a lookup found. ``value`` is meaningful when :attr:`hit` is true."""
+
+    status: Status
+    value: Any = None
+    tier: str | None = None
+    key: str | None = None
+    age_s: float | None = None
+    similarity: float | None = None
+    matched_text: str | None = None
+
+    @property
+    def hit(self) -> bool:
+        return self.status in (Status.HIT, Status.SEMANTIC_HIT, Status.STALE)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """``local`` keys the in-process tier (any hashable), ``remote`` the shared one (a string that
+    is stable across processes and already carries the namespace and its version)."""
+
+    local: Hashable
+    remote: str
+    version: int = 0
+
+
+#: One item of a batch write: (key, value, ttl, stale_ttl, version).
+StoreItem = tuple[CacheKey, Any, "float | None", float, "str | int | None"]
+
+
+@dataclass(slots=True)
+class Found:
+    """What the engine found for one key: the status, and for HIT and STALE the envelope and the
+    tier (``"l1"`` or ``"l2"``) that answered."""
+
+    status: Status
+    env: Envelope | None = None
+    tier: str | None = None
