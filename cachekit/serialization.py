@@ -34,11 +34,13 @@ __all__ = [
     "Envelope",
     "JsonSerializer",
     "MsgpackSerializer",
+    "Packed",
     "PickleSerializer",
     "SerializationError",
     "SignedSerializer",
     "decode_envelope",
     "encode_envelope",
+    "for_sharing",
     "get_serializer",
     "is_immutable",
     "parse_version",
@@ -426,3 +428,32 @@ def is_immutable(value: Any) -> bool:
             continue
         return False
     return True
+
+
+class Packed:
+    """A mutable value held in memory as its serialized bytes, so that every reader gets its own
+    copy (:meth:`load`) and a caller mutating what it got cannot change what later callers get;
+    the same thing a shared-tier reader gets. Immutable values need none of this: see
+    :func:`for_sharing`."""
+
+    __slots__ = ("data", "loads")
+
+    def __init__(self, data: bytes, loads: Callable[[bytes], Any]) -> None:
+        self.data = data
+        self.loads = loads
+
+    def load(self) -> Any:
+        return self.loads(self.data)
+
+
+def for_sharing(serializer: Serializer, value: Any) -> Any:
+    """What an in-process tier should hold for ``value``: the value itself when it is immutable
+    (:func:`is_immutable`; handed out as is, at no cost per read), else a :class:`Packed` copy
+    whose :meth:`Packed.load` decodes a fresh value on each read. Raises
+    :class:`SerializationError` when ``serializer`` cannot write ``value``."""
+    if is_immutable(value):
+        return value
+    try:
+        return Packed(serializer.dumps(value), serializer.loads)
+    except (TypeError, ValueError, OverflowError, pickle.PicklingError) as exc:
+        raise SerializationError(f"cannot copy a {type(value).__qualname__}: {exc}") from exc
