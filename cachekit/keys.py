@@ -291,10 +291,9 @@ _SCALARS = frozenset({int, str, bytes, bool, type(None)})
 # frozenset.issuperset on a tuple (which builds a temporary set); bounded by clearing.
 SCALAR_SIGNATURES: set[tuple[type, ...]] = set()
 
-# Element-type tuples of tuple arguments that hold floats and otherwise scalars: True when they
-# hold floats only. Bounded by clearing.
-_FLOAT_SIGNATURES: dict[tuple[type, ...], bool] = {}
 _SCALARS_AND_FLOAT = _SCALARS | {float}
+_PROD_MAX_LEN = 16
+_prod = math.prod
 
 
 def all_scalar(types: tuple[type, ...]) -> bool:
@@ -308,28 +307,53 @@ def all_scalar(types: tuple[type, ...]) -> bool:
     return True
 
 
-def _plain_float(x: float) -> bool:
-    """Whether float ``x`` keys by value: not a zero (-0.0 == 0.0) and not a NaN (nan != nan)."""
-    return x != 0.0 and x == x
+def _plain_floats(v: tuple[float, ...]) -> bool:
+    """Whether a tuple of floats holds no zero and no NaN, in one C loop where it can: the
+    product is zero or NaN exactly when one is, or when it underflows (or is inf * 0), which
+    only sends that tuple to the digest; long tuples, where underflow is likely, take two."""
+    if len(v) <= _PROD_MAX_LEN:
+        p = _prod(v)
+        return p != 0.0 and p == p
+    total = sum(v)
+    return total == total and 0.0 not in v
 
 
-def _plain_float_tuple(v: tuple[Any, ...], types: tuple[type, ...]) -> bool:
-    """Whether tuple ``v`` (element types ``types``) holds scalars and floats, none of them a
-    zero or a NaN; those tuples are keyed through the stable digest instead."""
-    only_floats = _FLOAT_SIGNATURES.get(types)
-    if only_floats is None:
-        if float not in types or not _SCALARS_AND_FLOAT.issuperset(types):
-            return False
-        only_floats = set(types) == _FLOAT_ONLY
-        if len(_FLOAT_SIGNATURES) > 1024:
-            _FLOAT_SIGNATURES.clear()
-        _FLOAT_SIGNATURES[types] = only_floats
-    if only_floats:
-        # Two C loops: `in` finds either zero; a NaN makes the sum NaN (so does inf + -inf,
-        # which only sends that rare tuple to the digest).
-        total = sum(v)
-        return 0.0 not in v and total == total
-    return all(_plain_float(x) for x in v if type(x) is float)
+_ALL_SCALAR, _FEW_FLOATS, _MANY_FLOATS, _MIXED_FLOATS, _OTHER = range(5)
+# Element-type signatures of tuple arguments -> one of the kinds above. Bounded by clearing.
+_TUPLE_KINDS: dict[tuple[type, ...], int] = {}
+
+
+def _tuple_kind(types: tuple[type, ...]) -> int:
+    """How a tuple argument with these element types is keyed locally: as is (scalars), after a
+    check for zeros and NaNs (floats, alone or among scalars), or not at all (digest)."""
+    if all_scalar(types):
+        kind = _ALL_SCALAR
+    elif not _SCALARS_AND_FLOAT.issuperset(types):
+        kind = _OTHER
+    else:
+        kind = _MIXED_FLOATS
+        if set(types) == _FLOAT_ONLY:
+            kind = _FEW_FLOATS if len(types) <= _PROD_MAX_LEN else _MANY_FLOATS
+    if len(_TUPLE_KINDS) > 1024:
+        _TUPLE_KINDS.clear()
+    _TUPLE_KINDS[types] = kind
+    return kind
+
+
+# Argument-type signatures of scalars and floats -> the positions of their floats, which must be
+# checked on each call; None for signatures with anything else. Bounded by clearing.
+_FLOAT_POSITIONS: dict[tuple[type, ...], tuple[int, ...] | None] = {}
+
+
+def _float_positions(types: tuple[type, ...]) -> tuple[int, ...] | None:
+    if len(_FLOAT_POSITIONS) > 1024:
+        _FLOAT_POSITIONS.clear()
+    positions = (
+        tuple(i for i, t in enumerate(types) if t is float)
+        if _SCALARS_AND_FLOAT.issuperset(types) else None
+    )
+    _FLOAT_POSITIONS[types] = positions
+    return positions
 
 
 def local_key(
@@ -338,25 +362,49 @@ def local_key(
     """A hashable typed key for plain arguments, or ``None`` when the stable digest is needed
     (anything but scalars and flat tuples of them, and floats that are zero or NaN, whose ``==``
     does not tell keys apart). ``types`` (the values' types) may be passed by a caller that has
-    them already."""
+    them already. It is on the L1 hit path for float arguments, hence one function."""
     if types is None:
         types = tuple(map(type, values))
         if all_scalar(types):  # the common case
             return (values, types)
+    try:
+        floats = _FLOAT_POSITIONS[types]
+    except KeyError:
+        floats = _float_positions(types)
+    if floats is not None:  # scalars and floats
+        for i in floats:
+            x = values[i]
+            if x == 0.0 or x != x:
+                return None
+        return (values, types)
     sig: list[Any] = []
     for v in values:
         t = type(v)
-        if t in _SCALARS:
-            sig.append(t)
-        elif t is float:
-            if not _plain_float(v):
-                return None
-            sig.append(t)
-        elif t is tuple:
+        if t is tuple:
             element_types = tuple(map(type, v))
-            if not all_scalar(element_types) and not _plain_float_tuple(v, element_types):
+            try:
+                kind = _TUPLE_KINDS[element_types]  # one hash of the signature
+            except KeyError:
+                kind = _tuple_kind(element_types)
+            if kind is _FEW_FLOATS:  # the feature-vector case
+                p = _prod(v)  # as in _plain_floats
+                if p == 0.0 or p != p:
+                    return None
+            elif kind is _MANY_FLOATS:
+                if not _plain_floats(v):
+                    return None
+            elif kind is _MIXED_FLOATS:
+                if not all(x != 0.0 and x == x for x in v if type(x) is float):
+                    return None
+            elif kind is not _ALL_SCALAR:
                 return None
             sig.append(element_types)
+        elif t in _SCALARS:
+            sig.append(t)
+        elif t is float:
+            if v == 0.0 or v != v:
+                return None
+            sig.append(t)
         else:
             return None
     return (values, tuple(sig))

@@ -140,6 +140,12 @@ def test_signed_zeros_are_distinct_and_nans_equal() -> None:
     assert local_key((1.5,)) == local_key((1.5,))
     assert local_key(((1.5, 2.5),)) is not None
     assert local_key(((0.5, "s"),)) is not None
+    long = (0.5,) * 40
+    assert local_key((long,)) is not None
+    assert local_key((long + (-0.0,),)) is None and local_key((long + (nan1,),)) is None
+    # A product that underflows only sends the tuple to the stable key, which is still right.
+    assert local_key(((1e-200, 1e-200),)) is None
+    assert stable_digest(((1e-200, 1e-200),)) != stable_digest(((1e-200, -1e-200),))
 
 
 def test_every_float_signature_keeps_the_fast_path_scalar_only() -> None:
