@@ -30,12 +30,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "FLOAT_SIGNATURES",
     "MAX_INT_BITS",
     "MAX_KEY_DEPTH",
     "SCALAR_SIGNATURES",
     "ArgNormalizer",
     "KeyError_",
     "all_scalar",
+    "float_positions",
     "local_key",
     "stable_digest",
 ]
@@ -296,10 +298,20 @@ _PROD_MAX_LEN = 16
 _prod = math.prod
 
 
+# Type tuples already seen to hold something else, float included: the hit path asks about them
+# on every call with such arguments, and a set lookup is cheaper than issuperset.
+_OTHER_SIGNATURES: set[tuple[type, ...]] = set()
+
+
 def all_scalar(types: tuple[type, ...]) -> bool:
     if types in SCALAR_SIGNATURES:
         return True
+    if types in _OTHER_SIGNATURES:
+        return False
     if not _SCALARS.issuperset(types):
+        if len(_OTHER_SIGNATURES) > 1024:
+            _OTHER_SIGNATURES.clear()
+        _OTHER_SIGNATURES.add(types)
         return False
     if len(SCALAR_SIGNATURES) > 1024:
         SCALAR_SIGNATURES.clear()
@@ -340,19 +352,29 @@ def _tuple_kind(types: tuple[type, ...]) -> int:
     return kind
 
 
-# Argument-type signatures of scalars and floats -> the positions of their floats, which must be
-# checked on each call; None for signatures with anything else. Bounded by clearing.
-_FLOAT_POSITIONS: dict[tuple[type, ...], tuple[int, ...] | None] = {}
+#: Argument-type signatures of scalars and floats -> the positions of their floats, which a hit
+#: path must check on each call (a float keys by value only when it is neither a zero nor a NaN);
+#: None for signatures holding anything else. Filled by :func:`float_positions`, bounded by
+#: clearing. A hit path that finds its signature here with a value of ``None`` calls
+#: :func:`local_key`.
+FLOAT_SIGNATURES: dict[tuple[type, ...], tuple[int, ...] | None] = {}
 
 
-def _float_positions(types: tuple[type, ...]) -> tuple[int, ...] | None:
-    if len(_FLOAT_POSITIONS) > 1024:
-        _FLOAT_POSITIONS.clear()
+def float_positions(types: tuple[type, ...]) -> tuple[int, ...] | None:
+    """Where the floats are in an argument-type signature of scalars and floats (so a hit path
+    can key such calls as ``(values, types)`` after checking just those), or None for any other
+    signature."""
+    try:
+        return FLOAT_SIGNATURES[types]
+    except KeyError:
+        pass
+    if len(FLOAT_SIGNATURES) > 1024:
+        FLOAT_SIGNATURES.clear()
     positions = (
         tuple(i for i, t in enumerate(types) if t is float)
         if _SCALARS_AND_FLOAT.issuperset(types) else None
     )
-    _FLOAT_POSITIONS[types] = positions
+    FLOAT_SIGNATURES[types] = positions
     return positions
 
 
@@ -368,9 +390,9 @@ def local_key(
         if all_scalar(types):  # the common case
             return (values, types)
     try:
-        floats = _FLOAT_POSITIONS[types]
+        floats = FLOAT_SIGNATURES[types]
     except KeyError:
-        floats = _float_positions(types)
+        floats = float_positions(types)
     if floats is not None:  # scalars and floats
         for i in floats:
             x = values[i]
