@@ -18,6 +18,7 @@ from cachekit.keys import (
     ArgNormalizer,
     KeyError_,
     all_scalar,
+    float_positions,
     local_key,
     stable_digest,
 )
@@ -142,7 +143,7 @@ def test_signed_zeros_are_distinct_and_nans_equal() -> None:
     assert local_key(((0.5, "s"),)) is not None
     long = (0.5,) * 40
     assert local_key((long,)) is not None
-    assert local_key((long + (-0.0,),)) is None and local_key((long + (nan1,),)) is None
+    assert local_key(((*long, -0.0),)) is None and local_key(((*long, nan1),)) is None
     # A product that underflows only sends the tuple to the stable key, which is still right.
     assert local_key(((1e-200, 1e-200),)) is None
     assert stable_digest(((1e-200, 1e-200),)) != stable_digest(((1e-200, -1e-200),))
@@ -153,7 +154,12 @@ def test_every_float_signature_keeps_the_fast_path_scalar_only() -> None:
     # would share 0.0's L1 entry again.
     assert not all_scalar((float,))
     assert not all_scalar((int, float))
+    assert not all_scalar((int, float))  # remembered as not scalar: the same answer
     assert all(float not in sig for sig in SCALAR_SIGNATURES)
+    # What a hit path may inline instead: the float positions of a signature, to check.
+    assert float_positions((int, float, str, float)) == (1, 3)
+    assert float_positions((int, str)) == ()
+    assert float_positions((tuple, float)) is None
 
 
 def test_cached_function_keeps_signed_zeros_apart_and_hits_nan() -> None:
