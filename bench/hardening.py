@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import cachetools
 import msgpack
-from _servers import RedisServer  # type: ignore[import-not-found]
+from _servers import RedisServer
 
 from cachekit import Cache
 from cachekit.serialization import (
