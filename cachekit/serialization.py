@@ -274,9 +274,10 @@ class SignedSerializer:
     the store the same secret; rotate by listing the new secret first and the old one in
     ``previous`` until old entries have expired.
 
-    It proves *who wrote* an entry, not *where*: an attacker with Redis write access can still
-    copy one signed entry over another key of the same namespace and secret. Use one secret per
-    namespace (or per trust domain) to contain that; see ``docs/security.md``.
+    With a ``context`` (``encode_envelope``/``decode_envelope`` pass the entry's key when given
+    one), the MAC also covers where the entry is stored, so a signed entry copied over another
+    key is refused too. Without one it proves *who wrote* an entry, not *where*; see
+    ``docs/security.md``.
     """
 
     MAC_BYTES = 32
@@ -294,17 +295,23 @@ class SignedSerializer:
         self._secret = secret
         self._secrets = (secret, *previous)
 
-    def _mac(self, secret: bytes, payload: bytes) -> bytes:
-        return hashlib.blake2b(payload, key=secret, digest_size=self.MAC_BYTES).digest()
+    def _mac(self, secret: bytes, payload: bytes, context: bytes) -> bytes:
+        h = hashlib.blake2b(key=secret, digest_size=self.MAC_BYTES)
+        if context:  # length-prefixed, so (context, payload) splits one way only
+            h.update(len(context).to_bytes(8, "big") + context)
+        h.update(payload)
+        return h.digest()
 
-    def dumps(self, value: Any) -> bytes:
+    def dumps(self, value: Any, context: bytes = b"") -> bytes:
         payload = self.inner.dumps(value)
-        return self._mac(self._secret, payload) + payload
+        return self._mac(self._secret, payload, context) + payload
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes, context: bytes = b"") -> Any:
         mac, payload = data[: self.MAC_BYTES], data[self.MAC_BYTES:]
-        if not any(hmac.compare_digest(mac, self._mac(s, payload)) for s in self._secrets):
-            raise ValueError("entry signature does not match: not written with this secret")
+        if not any(hmac.compare_digest(mac, self._mac(s, payload, context))
+                   for s in self._secrets):
+            raise ValueError("entry signature does not match: not written with this secret "
+                             "(or under another key)")
         return self.inner.loads(payload)
 
 
@@ -322,11 +329,15 @@ def get_serializer(spec: str | Serializer) -> Serializer:
     raise ValueError(f"unknown serializer {spec!r}: expected 'msgpack', 'json' or 'pickle'")
 
 
-def encode_envelope(serializer: Serializer, env: Envelope) -> bytes:
+def encode_envelope(serializer: Serializer, env: Envelope, key: str | None = None) -> bytes:
+    """``env`` as bytes for a shared store. ``key``: where it will be stored; a
+    :class:`SignedSerializer` binds the entry to it (pass the same to :func:`decode_envelope`)."""
+    fields = [ENVELOPE_FORMAT, env.created_at, env.ttl, env.stale_ttl, env.version, env.value]
     try:
-        payload = serializer.dumps(
-            [ENVELOPE_FORMAT, env.created_at, env.ttl, env.stale_ttl, env.version, env.value]
-        )
+        if key is not None and isinstance(serializer, SignedSerializer):
+            payload = serializer.dumps(fields, key.encode("utf-8", "surrogatepass"))
+        else:
+            payload = serializer.dumps(fields)
     except (TypeError, ValueError, OverflowError, pickle.PicklingError) as exc:
         raise SerializationError(
             f"cannot store a {type(env.value).__qualname__} with {type(serializer).__name__}: {exc}"
@@ -385,9 +396,10 @@ def _checked_envelope(fmt: Any, created_at: Any, ttl: Any, stale_ttl: Any, versi
     return Envelope(value, created, ttl_f, stale, version)
 
 
-def decode_envelope(serializer: Serializer, data: bytes) -> Envelope:
+def decode_envelope(serializer: Serializer, data: bytes, key: str | None = None) -> Envelope:
     """The envelope in ``data``, or :class:`SerializationError` for any bytes that are not one
-    written by ``serializer`` (foreign tag, corrupt, hostile, fields of the wrong type)."""
+    written by ``serializer`` (foreign tag, corrupt, hostile, fields of the wrong type; for a
+    :class:`SignedSerializer`, not signed with its secret for ``key``)."""
     if type(data) is not bytes:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise SerializationError(f"stored value is a {type(data).__name__}, not bytes")
@@ -398,7 +410,10 @@ def decode_envelope(serializer: Serializer, data: bytes) -> Envelope:
             f"{serializer.tag!r}; refusing to decode it"
         )
     try:
-        fields = serializer.loads(data[1:])
+        if key is not None and isinstance(serializer, SignedSerializer):
+            fields = serializer.loads(data[1:], key.encode("utf-8", "surrogatepass"))
+        else:
+            fields = serializer.loads(data[1:])
     except Exception as exc:  # any failure of a decoder on foreign bytes is a corrupt entry
         raise SerializationError(f"corrupt cache entry: {exc}") from exc
     return _envelope(fields)

@@ -288,3 +288,17 @@ def test_immutable_values_are_shared_and_mutable_ones_copied() -> None:
     assert not is_immutable(tuple(range(20_000)))  # past the walk's bound: copied, not walked
     with pytest.raises(SerializationError):
         for_sharing(s, [object()])
+
+
+def test_signed_entries_bound_to_their_key_refuse_being_moved() -> None:
+    s = SignedSerializer("msgpack", b"b" * 32)
+    env = Envelope("answer for A", 10.0, 5.0)
+    data = encode_envelope(s, env, key="ck:ns:v0:f:fn:A")
+    assert decode_envelope(s, data, key="ck:ns:v0:f:fn:A") == env
+    with pytest.raises(SerializationError, match="another key"):
+        decode_envelope(s, data, key="ck:ns:v0:f:fn:B")
+    with pytest.raises(SerializationError):  # nor read without its key
+        decode_envelope(s, data)
+    # Unsigned serializers ignore the key: nothing to bind it with.
+    m = MsgpackSerializer()
+    assert decode_envelope(m, encode_envelope(m, env, key="x"), key="y") == env
