@@ -42,13 +42,26 @@ _STR_BYTES = sys.getsizeof("")
 _LEAF_BYTES = 32
 
 
-def _flat_size(items: tuple[Any, ...]) -> int:
+def _items_size(items: tuple[Any, ...]) -> int:
+    """A tuple argument's items, shallowly: the strings and bytes among them by length."""
     n = _TUPLE_BYTES + _SLOT_BYTES * len(items)
+    for y in items:
+        if type(y) is str or type(y) is bytes:
+            n += _STR_BYTES + len(y)
+    return n
+
+
+def _tuple_size(items: tuple[Any, ...]) -> int:
+    n = _TUPLE_BYTES + _SLOT_BYTES * len(items)
+    if items and type(items[0]) is type:  # a signature: its types are shared by every key
+        return n
     for x in items:
         t = type(x)
         if t is str or t is bytes:
             n += _STR_BYTES + len(x)
-        elif t is not type:  # types are shared by every key: free
+        elif t is tuple:
+            n += _items_size(x)
+        else:
             n += _LEAF_BYTES
     return n
 
@@ -56,8 +69,10 @@ def _flat_size(items: tuple[Any, ...]) -> int:
 def key_size(key: Hashable) -> int:
     """An estimate of the bytes ``key`` holds, for the byte bound. A key can carry a call's whole
     argument list, so ``str``/``bytes`` count their length (a character as a byte: exact for
-    ASCII), tuples are walked three levels deep, types are free (every key shares them) and
-    anything else counts a small constant. Kept to a few C calls: it runs on every store."""
+    ASCII), tuples are walked three levels deep (the key, its values, a tuple argument's items),
+    type signatures are free (every key shares their types) and anything else counts a small
+    constant. It runs on every store: ``len`` and constants only (``sys.getsizeof`` costs
+    several times ``len``)."""
     t = type(key)
     if t is str or t is bytes:
         return _STR_BYTES + len(key)  # type: ignore[arg-type]
@@ -68,10 +83,7 @@ def key_size(key: Hashable) -> int:
     for x in items:
         tx = type(x)
         if tx is tuple:
-            n += _flat_size(x)
-            for y in x:
-                if type(y) is tuple:
-                    n += _flat_size(y)
+            n += _tuple_size(x)
         elif tx is str or tx is bytes:
             n += _STR_BYTES + len(x)
         elif tx is not type:
