@@ -8,6 +8,7 @@ reaches the cold end of the LRU order, and the entry and byte bounds hold throug
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -35,11 +36,68 @@ def _sizeof(item: _Item[Any]) -> int:
     return item.size
 
 
+_TUPLE_BYTES = sys.getsizeof(())
+_SLOT_BYTES = sys.getsizeof((None,)) - _TUPLE_BYTES
+_STR_BYTES = sys.getsizeof("")
+_LEAF_BYTES = 32
+
+
+def _items_size(items: tuple[Any, ...]) -> int:
+    """A tuple argument's items, shallowly: the strings and bytes among them by length."""
+    n = _TUPLE_BYTES + _SLOT_BYTES * len(items)
+    for y in items:
+        if type(y) is str or type(y) is bytes:
+            n += _STR_BYTES + len(y)
+    return n
+
+
+def _tuple_size(items: tuple[Any, ...]) -> int:
+    n = _TUPLE_BYTES + _SLOT_BYTES * len(items)
+    if items and type(items[0]) is type:  # a signature: its types are shared by every key
+        return n
+    for x in items:
+        t = type(x)
+        if t is str or t is bytes:
+            n += _STR_BYTES + len(x)
+        elif t is tuple:
+            n += _items_size(x)
+        else:
+            n += _LEAF_BYTES
+    return n
+
+
+def key_size(key: Hashable) -> int:
+    """An estimate of the bytes ``key`` holds, for the byte bound. A key can carry a call's whole
+    argument list, so ``str``/``bytes`` count their length (a character as a byte: exact for
+    ASCII), tuples are walked three levels deep (the key, its values, a tuple argument's items),
+    type signatures are free (every key shares their types) and anything else counts a small
+    constant. It runs on every store: ``len`` and constants only (``sys.getsizeof`` costs
+    several times ``len``)."""
+    t = type(key)
+    if t is str or t is bytes:
+        return _STR_BYTES + len(key)  # type: ignore[arg-type]
+    if t is not tuple:
+        return _LEAF_BYTES
+    items: tuple[Any, ...] = key  # type: ignore[assignment]
+    n = _TUPLE_BYTES + _SLOT_BYTES * len(items)
+    for x in items:
+        tx = type(x)
+        if tx is tuple:
+            n += _tuple_size(x)
+        elif tx is str or tx is bytes:
+            n += _STR_BYTES + len(x)
+        elif tx is not type:
+            n += _LEAF_BYTES
+    return n
+
+
 class MemoryStore(Generic[V]):
     """LRU + per-entry TTL map holding Python objects, bounded by entry count and by bytes.
 
-    Sizes are supplied by the writer (the cache passes the serialized size), so the byte bound
-    is meaningful without walking object graphs. Thread-safe; every operation is a few dict
+    Value sizes are supplied by the writer (the cache passes the serialized size), so the byte
+    bound is meaningful without walking object graphs; the key's size is added here
+    (:func:`key_size`), since a key can hold a call's arguments and be larger than its value.
+    Thread-safe; every operation is a few dict
     operations under one lock, so it is also safe to call from asyncio code.
     """
 
@@ -74,9 +132,12 @@ class MemoryStore(Generic[V]):
         return item.value
 
     def set(self, key: Hashable, value: V, ttl: float | None, size: int = 1) -> None:
+        """Store ``value`` for ``ttl`` seconds (None: no expiry). ``size``: the value's size in
+        bytes; the entry is accounted as that plus :func:`key_size` of ``key``."""
         if ttl is not None and ttl <= 0:
             self.delete(key)
             return
+        size += key_size(key)
         if size > self.max_bytes:
             # Too large to ever fit: storing it would evict everything else first.
             self.delete(key)
