@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from cachekit._version import __version__
+from cachekit.replay import cli as replay_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded demo (in-process cache, no servers)")
     demo.add_argument("--no-semantic", action="store_true",
                       help="skip the semantic tier (which loads the embedding model)")
+    replay_cli.add_parser(sub)
     return parser
 
 
@@ -28,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cachekit.demo import run_demo
 
         return run_demo(semantic=not args.no_semantic)
+    if args.command == "replay":
+        return replay_cli.run(args)
     parser.print_help()
     return 0
 

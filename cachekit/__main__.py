@@ -1,0 +1,7 @@
+"""``python -m cachekit``: the ``cachekit`` command."""
+
+import sys
+
+from cachekit.cli import main
+
+sys.exit(main())
