@@ -189,6 +189,20 @@ class LLMCache:
             return True
         return bool(self.semantic_function(asynchronous).tier.wait_ready(timeout))
 
+    def warm(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
+        """:meth:`start`, and load the embedding model now (it otherwise loads on the first
+        semantic lookup that needs it, which would then take seconds). True when ready."""
+        if not self.semantic_enabled:
+            return True
+        if self._embedder is None and self._sync_fn is None and self._async_fn is None:
+            from cachekit.semantic.embedder import SentenceTransformerEmbedder
+
+            self._embedder = SentenceTransformerEmbedder()
+        load = getattr(self._embedder, "load", None)
+        if callable(load):
+            load()
+        return self.start(asynchronous, timeout)
+
     # ------------------------------------------------------------------ helpers
 
     def request(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None, *,

@@ -123,13 +123,20 @@ class StreamAssembler:
         self.object: str | None = None
 
     def feed(self, data: bytes) -> None:
+        self.feed_events(data)
+
+    def feed_events(self, data: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """:meth:`feed`, returning the events completed by ``data``: each one's raw bytes
+        (separator included, ready to relay) and its decoded chunk (``None`` for ``[DONE]``,
+        comments and undecodable events). A relay can drop events this way."""
+        out: list[tuple[bytes, dict[str, Any] | None]] = []
         self._buf += data
         while True:
             cut = self._next_boundary()
             if cut is None:
-                return
+                return out
             event, self._buf = self._buf[: cut[0]], self._buf[cut[1]:]
-            self._event(event)
+            out.append((event + b"\n\n", self._event(event)))
 
     def _next_boundary(self) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
@@ -139,24 +146,25 @@ class StreamAssembler:
                 best = (i, i + len(sep))
         return best
 
-    def _event(self, event: bytes) -> None:
+    def _event(self, event: bytes) -> dict[str, Any] | None:
         lines = [ln[5:].lstrip() for ln in event.replace(b"\r\n", b"\n").split(b"\n")
                  if ln.startswith(b"data:")]
         if not lines:
-            return  # comments, keep-alives, event:/id: lines alone
+            return None  # comments, keep-alives, event:/id: lines alone
         payload = b"\n".join(lines)
         if payload.strip() == b"[DONE]":
             self.done = True
-            return
+            return None
         try:
             obj = json.loads(payload)
         except ValueError:
             self.broken = True
-            return
+            return None
         if not isinstance(obj, dict) or obj.get("error") is not None:
             self.broken = True
-            return
+            return None
         self.add_chunk(obj)
+        return obj
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
         """Add one decoded chunk (what the openai client's stream yields, as a dict)."""
