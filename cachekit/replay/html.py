@@ -96,6 +96,10 @@ def capacity_svg(r: Report) -> str | None:
         ys = [float("nan") if v is None else v / 1000.0 for v in (c[idx] for c in curve)]
         ax.plot(k, ys, "-", color=color, label=label)
     ax.axvline(1.0, color="#555", ls=":", lw=1, label="logged traffic")
+    finite = [v for c in curve for v in c[1:] if v is not None]
+    if finite:
+        # Past the knee the curve leaves any useful scale: show up to 4x its calmest p99.
+        ax.set_ylim(0, 4 * min(finite) / 1000.0)
     ax.set_xlabel("traffic (x the logged rate)")
     ax.set_ylabel("p99 end-to-end latency (s)")
     ax.set_title(f"upstream concurrency {r.capacity.upstream_concurrency}")
@@ -106,13 +110,16 @@ def capacity_svg(r: Report) -> str | None:
     return out
 
 
-def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]]) -> str:
+def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], *,
+           numeric: bool = True) -> str:
+    """Rows of strings; the first column is a label, the rest right-aligned when ``numeric``."""
+    cls = ' class="n"' if numeric else ""
     parts = ["<table>"]
     if header:
         parts.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
     for row in rows:
         cells = [f"<td>{html.escape(row[0])}</td>"]
-        cells += [f'<td class="n">{html.escape(v)}</td>' for v in row[1:]]
+        cells += [f"<td{cls}>{html.escape(v)}</td>" for v in row[1:]]
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</table>")
     return "".join(parts)
@@ -140,11 +147,13 @@ def _sections(r: Report) -> list[str]:
         rows = [[h.custom_id, "-" if h.similarity is None else f"{h.similarity:.3f}", h.text,
                  f"{h.served_text} ({h.served_custom_id})"] for h in r.wrong_sample]
         out.append("<h2>Wrong hits (sample)</h2>"
-                   + _table(["Request", "Similarity", "Its text", "Served text (from)"], rows))
+                   + _table(["Request", "Similarity", "Its text", "Served text (from)"], rows,
+                            numeric=False))
     if r.skipped.counts:
         rows = [[k, f"{v:,}", ", ".join(r.skipped.first_lines.get(k, []))]
                 for k, v in sorted(r.skipped.counts.items())]
-        out.append("<h2>Skipped lines</h2>" + _table(["Reason", "Count", "First lines"], rows))
+        out.append("<h2>Skipped lines</h2>"
+                   + _table(["Reason", "Count", "First lines"], rows, numeric=False))
     return out
 
 
