@@ -78,6 +78,7 @@ class Controls:
 
     no_cache: bool = False      # skip the lookup, still store
     no_store: bool = False      # look up, never store
+    only_if_cached: bool = False  # a miss is answered 504, never sent upstream
     max_age: float | None = None
     ttl: float | None = None
     threshold: float | None = None
@@ -111,7 +112,7 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
     if cc is None and not any(h in headers for h in (
             "x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")):
         return _DEFAULT_CONTROLS
-    no_cache = no_store = False
+    no_cache = no_store = only_if_cached = False
     max_age: float | None = None
     for part in (cc or "").split(","):
         directive = part.strip().lower()
@@ -119,6 +120,8 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
             no_cache = True
         elif directive == "no-store":
             no_store = True
+        elif directive == "only-if-cached":
+            only_if_cached = True
         elif directive.startswith("max-age="):
             value = directive[8:].strip().strip('"')
             if not value.isdigit():
@@ -129,7 +132,7 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
     if namespace and not _NAMESPACE.fullmatch(namespace):
         raise RequestError("header x-cachekit-namespace must be 1-64 characters of "
                            "A-Z a-z 0-9 . _ : -", param="x-cachekit-namespace")
-    return Controls(no_cache, no_store, max_age,
+    return Controls(no_cache, no_store, only_if_cached, max_age,
                     _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
                     _number(headers, "x-cachekit-threshold", 0.0, 1.0, True), namespace)
 
@@ -234,6 +237,9 @@ class Proxy:
                 return self._hit(req, found, label, t0)
             outcome = "MISS"
         self.metrics.requests.labels(label, outcome).inc()
+        if controls.only_if_cached:
+            return error_response(504, "Not in the cache (Cache-Control: only-if-cached).",
+                                  type="cache_miss", code="not_cached")
         if req.stream and endpoint != EMBEDDINGS:
             return await self._stream_miss(request, req, raw, controls, outcome)
         return await self._miss(request, req, raw, controls, outcome)
@@ -304,7 +310,8 @@ class Proxy:
         if not ok:
             self.metrics.not_stored.labels(reason.split(" ")[0]).inc()
             return
-        await self.llm.astore(req, body, ttl=ttl)
+        if await self.llm.astore(req, body, ttl=ttl):
+            self.metrics.stored.inc()
 
     async def _stream_miss(self, request: Request, req: LLMRequest, raw: bytes,
                            controls: Controls, outcome: str) -> Response:

@@ -81,6 +81,8 @@ class ProxyMetrics:
         self.errors = Counter(
             "cachekit_proxy_errors", "Requests answered with an error by the proxy itself.",
             ["reason"], registry=r)
+        self.stored = Counter(
+            "cachekit_proxy_stored", "Upstream answers stored.", registry=r)
         self.not_stored = Counter(
             "cachekit_proxy_not_stored", "Upstream answers not stored, by reason.",
             ["reason"], registry=r)
