@@ -74,6 +74,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="the cache settings `cachekit serve` uses (TTL, tenants, prices)")
     p.add_argument("--json", metavar="report.json", help="write the JSON report here")
     p.add_argument("--html", metavar="report.html", help="write the HTML report here")
+    p.add_argument("--svg", metavar="sweep.svg", help="write the sweep plot here (with --sweep)")
     p.add_argument("--quiet", action="store_true", help="no terminal tables")
     return p
 
@@ -123,4 +124,8 @@ def run(args: argparse.Namespace) -> int:
         from cachekit.replay.html import write_html
 
         write_html(report, args.html, source=Path(args.input).name)
+    if args.svg and report.sweep:
+        from cachekit.replay.html import sweep_svg
+
+        Path(args.svg).write_text(sweep_svg(report), encoding="utf-8")
     return 0
