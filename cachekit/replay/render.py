@@ -43,6 +43,8 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("Cache overhead p50 / p99",
          f"{_num(r.overhead_ms['p50'], '.3f')} / {_num(r.overhead_ms['p99'], '.3f')} ms"),
     ]
+    if r.embed_ms is not None:
+        rows.append(("  of which one-text embedding", f"{r.embed_ms:.3f} ms"))
     if r.judged:
         rows += [
             ("Correct / wrong hits", f"{r.correct_hits:,} / {r.wrong_hits:,}"),

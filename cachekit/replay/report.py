@@ -66,6 +66,8 @@ class Report:
     net_dollars_by_model: dict[str, float | None] | None = None
     wrong_sample: list[WrongHit] = field(default_factory=list)
     sweep: list[Report] = field(default_factory=list)
+    #: The one-text embedding time included in ``overhead_ms`` where a request embeds.
+    embed_ms: float | None = None
 
     @property
     def hits(self) -> int:

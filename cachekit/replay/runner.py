@@ -41,6 +41,7 @@ from cachekit.replay.policies import policy_factory
 from cachekit.replay.report import EXACT, MISS, SEMANTIC, Outcome, Report, Usage, build_report
 from cachekit.replay.truth import Truth, read_truth
 from cachekit.replay.vectors import PrecomputedEmbedder, embed_all, single_text_ms
+from cachekit.semantic.policy import ThresholdPolicy
 
 if TYPE_CHECKING:
     from cachekit.protocols import Embedder
@@ -245,13 +246,14 @@ def _prices(config: LLMCacheConfig, path: str | Path | None) -> tuple[PriceTable
 def _config_for(base: LLMCacheConfig, policy: str, setting: float | None) -> LLMCacheConfig:
     """The production config with the replay's policy setting; always in-process."""
     hit_policy = policy_factory(policy)(setting)
-    threshold = getattr(hit_policy, "threshold", None)
-    if type(hit_policy).__name__ != "ThresholdPolicy" or threshold is None:
+    # LLMCacheConfig takes a similarity threshold only; other policies need a `policy` setting
+    # there (the one place to change when it has one).
+    if not isinstance(hit_policy, ThresholdPolicy):
         raise ValueError(
             f"policy {policy!r}: the LLM cache is configured by a similarity threshold only, "
             "so only threshold policies can be replayed"
         )
-    return dataclasses.replace(base, threshold=float(threshold), redis_url=None,
+    return dataclasses.replace(base, threshold=hit_policy.threshold, redis_url=None,
                                redis_cluster_url=None)
 
 
@@ -285,7 +287,9 @@ def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
         name = f"{opts.policy}:{config.threshold:g}"
         outcomes = replay(prep, config, table, embed_ms=embed_ms, times=ctx.times,
                           progress=opts.progress, task=f"replay {name}")
-        return _report(ctx, outcomes, opts, name, setting)
+        report = _report(ctx, outcomes, opts, name, setting)
+        report.embed_ms = embed_ms
+        return report
 
     points = [run(s) for s in opts.sweep]
     chosen = _config_for(base, opts.policy, opts.setting).threshold
