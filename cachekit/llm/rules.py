@@ -31,6 +31,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -289,8 +290,10 @@ def scope_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: st
 
 @dataclass(frozen=True)
 class LLMRequest:
-    """A validated request with its keys computed once: what :class:`~cachekit.llm.LLMCache`
-    looks up and stores. Build it with :func:`prepare`."""
+    """A validated request with its exact key computed once: what
+    :class:`~cachekit.llm.LLMCache` looks up and stores. Build it with :func:`prepare`.
+    ``scope`` (``None`` for exact-only requests) is computed on first use: an exact hit never
+    needs it."""
 
     endpoint: str
     body: Mapping[str, Any]
@@ -298,7 +301,12 @@ class LLMRequest:
     namespace: str
     key: str
     text: str | None
-    scope: str | None
+
+    @cached_property
+    def scope(self) -> str | None:
+        if self.text is None:
+            return None
+        return scope_key(self.endpoint, self.body, self.tenant, self.namespace)
 
     @property
     def model(self) -> str:
@@ -315,17 +323,15 @@ class LLMRequest:
 
 
 def prepare(endpoint: str, body: Any, tenant: str, namespace: str = "") -> LLMRequest:
-    """Validate ``body`` (:class:`RequestError` when bad) and compute its exact key, semantic
-    text and scope."""
+    """Validate ``body`` (:class:`RequestError` when bad) and compute its exact key and
+    semantic text (and, lazily, its scope)."""
     endpoint = endpoint_of(endpoint) or endpoint
     validate_request(endpoint, body)
     try:
         key = exact_key(endpoint, body, tenant, namespace)
     except ValueError as exc:  # NaN or infinity somewhere in the body
         raise RequestError(f"The request body is not valid JSON for the API: {exc}") from None
-    text = semantic_text(endpoint, body)
-    scope = scope_key(endpoint, body, tenant, namespace) if text is not None else None
-    return LLMRequest(endpoint, body, tenant, namespace, key, text, scope)
+    return LLMRequest(endpoint, body, tenant, namespace, key, semantic_text(endpoint, body))
 
 
 # ---------------------------------------------------------------------- tenants

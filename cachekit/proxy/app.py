@@ -58,8 +58,29 @@ _ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embedd
 _JSON = "application/json"
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+try:  # a faster encoder for answers when installed (the proxy extra installs it)
+    import orjson
+
+    def _dumps(obj: Any) -> bytes:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # integers beyond 64 bits and the like
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _loads(raw: bytes) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return parse_body(raw)  # the standard parser says what is wrong (or accepts it)
+        if not isinstance(body, dict):
+            return parse_body(raw)
+        return body
+
+except ImportError:  # pragma: no cover - depends on the environment
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    _loads = parse_body
 
 
 def error_response(status: int, message: str, *, type: str = "invalid_request_error",
@@ -224,7 +245,7 @@ class Proxy:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
             tenant = self.tenants.resolve(request.headers.get("authorization"))
-            req = prepare(endpoint, parse_body(raw), tenant, controls.namespace)
+            req = prepare(endpoint, _loads(raw), tenant, controls.namespace)
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
@@ -236,7 +257,7 @@ class Proxy:
             if found.hit:
                 return self._hit(req, found, label, t0)
             outcome = "MISS"
-        self.metrics.requests.labels(label, outcome).inc()
+        self.metrics.child(self.metrics.requests, label, outcome).inc()
         if controls.only_if_cached:
             return error_response(504, "Not in the cache (Cache-Control: only-if-cached).",
                                   type="cache_miss", code="not_cached")
@@ -252,9 +273,10 @@ class Proxy:
             headers["x-cachekit-similarity"] = f"{found.similarity:.4f}"
         usage = response.get("usage")
         model = str(response.get("model") or req.model)[:80]
-        self.metrics.requests.labels(label, kind).inc()
-        self.metrics.saved(model, usage, self.prices.cost(model, usage))
-        self.metrics.hit_latency.labels(kind).observe(time.perf_counter() - t0)
+        metrics = self.metrics
+        metrics.child(metrics.requests, label, kind).inc()
+        metrics.saved(model, usage, self.prices.cost(model, usage))
+        metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
         if req.stream and req.endpoint != EMBEDDINGS:
             events = sse_stream(response, include_usage=req.include_usage,
                                 pieces=self.config.proxy.stream_pieces)

@@ -102,19 +102,30 @@ class ProxyMetrics:
         self.unpriced_hits = Counter(
             "cachekit_proxy_unpriced_hits", "Hits whose model or usage has no known price.",
             ["model"], registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.inflight = InFlight()
         r.register(_InFlightCollector(self.inflight))
 
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: resolving labels costs more than counting."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) > 10_000:  # unbounded model names must not grow memory
+                self._children.clear()
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def saved(self, model: str, usage: Any, dollars: float | None) -> None:
         if isinstance(usage, dict):
-            for kind in ("prompt_tokens", "completion_tokens"):
+            for kind, label in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
                 n = usage.get(kind)
                 if isinstance(n, int) and n > 0:
-                    self.tokens_saved.labels(model, kind.split("_")[0]).inc(n)
+                    self.child(self.tokens_saved, model, label).inc(n)
         if dollars is None:
-            self.unpriced_hits.labels(model).inc()
+            self.child(self.unpriced_hits, model).inc()
         else:
-            self.dollars_saved.labels(model).inc(dollars)
+            self.child(self.dollars_saved, model).inc(dollars)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
