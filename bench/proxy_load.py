@@ -8,7 +8,8 @@ server stack doing no caching work). Scenarios, interleaved round by round:
 
 * closed loop (``wrk -t2 -c16``, and ``-t1 -c1`` for the unloaded latency): bare endpoint,
   exact hits, semantic hits (a different paraphrase each request, so embeddings are computed),
-  and misses (a new question each request) through the proxy and straight to the upstream;
+  and misses (a new question each request) through the proxy, through a second proxy with
+  ``--no-semantic`` (no embedding on the miss path), and straight to the upstream;
 * open loop: wrk with exponentially distributed per-connection think times (wrk's ``delay()``),
   64 connections, at 50%, 70% and 90% of the capacity measured closed loop in the same round.
   This approximates Poisson arrivals while latency is well below the think time; near
@@ -80,7 +81,7 @@ function request()
   counter = counter + 1
   local body = template
   if string.find(template, "%%%%d") then
-    body = string.format(template, id * 10000000 + counter)
+    body = string.format(template, %(offset)d + id * 10000000 + counter)
   elseif string.find(template, "%%%%s") then
     body = string.format(template, words())
   end
@@ -170,8 +171,10 @@ def wrk(url: str, template: str, *, threads: int, conns: int, duration: float,
     delay = ""
     if rate is not None:
         delay = _DELAY % {"mean_ms": 1000.0 * conns / rate}
+    # A fresh number range per run: texts (and so embeddings) never repeat across runs.
+    wrk.runs += 1  # type: ignore[attr-defined]
     script = _LUA % {"template": json.dumps(template), "path": CHAT, "delay": delay,
-                     "headers": extra}
+                     "headers": extra, "offset": wrk.runs * 10**9}  # type: ignore[attr-defined]
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     try:
@@ -189,6 +192,9 @@ def wrk(url: str, template: str, *, threads: int, conns: int, duration: float,
     return result
 
 
+wrk.runs = 0  # type: ignore[attr-defined]
+
+
 def check(url: str, text: str, expect: str) -> None:
     r = httpx.post(url, content=body(text), timeout=30.0, headers={
         "authorization": "Bearer sk-bench", "content-type": "application/json"})
@@ -201,15 +207,18 @@ def check(url: str, text: str, expect: str) -> None:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    up_port, px_port, bare_port = free_port(), free_port(), free_port()
-    up, px, bare = (f"http://127.0.0.1:{p}" for p in (up_port, px_port, bare_port))
+    up_port, px_port, bare_port, ex_port = free_port(), free_port(), free_port(), free_port()
+    up, px, bare, ex = (f"http://127.0.0.1:{p}" for p in (up_port, px_port, bare_port, ex_port))
     py = sys.executable
     upstream_cmd = [py, "-m", "cachekit.proxy.testing", "--port", str(up_port),
                     "--latency", str(args.upstream_latency)]
     proxy_cmd = [py, "-m", "cachekit", "serve", "--upstream", up, "--port", str(px_port),
                  "--threshold", str(args.threshold), "--ttl", "86400"]
+    exact_cmd = [py, "-m", "cachekit", "serve", "--upstream", up, "--port", str(ex_port),
+                 "--no-semantic", "--ttl", "86400"]
     results: list[dict[str, Any]] = []
-    with process(upstream_cmd, up + "/v1/models"), process(proxy_cmd, px + "/healthz"):
+    with process(upstream_cmd, up + "/v1/models"), process(proxy_cmd, px + "/healthz"), \
+            process(exact_cmd, ex + "/healthz"):
         first = httpx.post(px + CHAT, content=body(STORED), timeout=30.0,
                            headers={"authorization": "Bearer sk-bench"})
         size = len(first.content)
@@ -219,11 +228,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "--size", str(size)]
         with process(bare_cmd, bare + "/docs"):
             for rnd in range(1, args.rounds + 1):
-                results.extend(one_round(rnd, args, up, px, bare))
+                results.extend(one_round(rnd, args, up, px, bare, ex))
     return results
 
 
-def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str
+def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, ex: str
               ) -> list[dict[str, Any]]:
     d = args.duration
     out = []
@@ -242,6 +251,7 @@ def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str
             ("bare endpoint", bare, body(STORED), None), ("exact hit", px, body(STORED), None),
             ("semantic hit", px, body(PARAPHRASE), None),
             ("miss via proxy", px, body(QUESTION), never_similar),
+            ("miss via exact-only proxy", ex, body(QUESTION), None),
             ("upstream direct", up, body(QUESTION), None)):
         res = record(scenario, "closed c16", wrk(url + CHAT, template, threads=2, conns=16,
                                                  duration=d, headers=headers))
@@ -290,6 +300,11 @@ def summarize(results: list[dict[str, Any]]) -> str:
     if added:
         lines.append(f"p50 added by a miss over calling the upstream directly (c1): "
                      f"{rng(added, '%.2f')} ms")
+    added_ex = [a - b for a, b in zip(p50.get("miss via exact-only proxy|closed c1", []),
+                                      p50.get("upstream direct|closed c1", []), strict=False)]
+    if added_ex:
+        lines.append(f"p50 added by a miss, exact-only proxy (--no-semantic, c1): "
+                     f"{rng(added_ex, '%.2f')} ms")
     return "\n".join(lines)
 
 
