@@ -205,7 +205,7 @@ class Proxy:
             follow_redirects=False)
         if self.llm.semantic_enabled:
             # Load the model and the shared index before the first request, not during it.
-            await asyncio.to_thread(self.llm.warm, True, 30.0)
+            await asyncio.to_thread(self.llm.warm, True, 10.0)
 
     async def stop(self) -> None:
         if self._tasks:
