@@ -225,6 +225,23 @@ def test_stream_miss_is_relayed_then_replayed_in_chunks(
     assert upstream_calls(upstream, key) == 1
 
 
+def test_stream_miss_is_relayed_before_the_upstream_finishes(
+        proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
+    upstream.gate.clear()
+    try:
+        stream = client.chat.completions.create(model="fake-gated", messages=msgs("go"),
+                                                stream=True)
+        # The upstream holds the rest of its answer until the gate opens: these chunks can only
+        # arrive if the proxy relays them as they come.
+        first, second = next(stream), next(stream)
+        assert first.choices[0].delta.role == "assistant"
+        assert second.choices[0].delta.content
+    finally:
+        upstream.gate.set()
+    rest = list(stream)
+    assert rest[-1].choices[0].finish_reason == "stop"
+
+
 def test_stream_hit_from_a_non_streamed_entry(proxy: ProxyProcess, upstream: FakeUpstream,
                                                client: openai.OpenAI, key: str) -> None:
     text = "Name three primary colours"

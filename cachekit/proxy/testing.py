@@ -8,6 +8,8 @@ name selects a behaviour:
 * ``fake-break``: a streamed answer that breaks off after a few chunks (non-streamed: 502);
 * ``fake-length``: ``finish_reason: length``;
 * ``fake-slow``: waits ``slow_s`` (default 3 s) before answering;
+* ``fake-gated``: a streamed answer that sends two chunks, then waits until :attr:`gate` is set
+  (so a test can check that a relay forwards chunks before the stream ends);
 * anything else: ``Answer #<n> to: <last message text>`` with ``n`` counting the upstream's
   answers, so a test tells a cached answer (same ``n``) from a fresh one.
 
@@ -54,6 +56,7 @@ class FakeUpstream:
         self.latency = latency
         self.slow_s = slow_s
         self.calls: list[dict[str, Any]] = []
+        self.gate = threading.Event()
         self.answers = 0
         self._lock = threading.Lock()
         self.app = self._build()
@@ -173,11 +176,14 @@ class FakeUpstream:
             chunks = self._chunks(done, include) if chat else [
                 {**done, "choices": [c]} for c in done["choices"]]
             broken = model == "fake-break"
+            gated = model == "fake-gated"
 
             async def events() -> AsyncIterator[bytes]:
                 for k, chunk in enumerate(chunks):
                     if broken and k == 3:
                         raise ConnectionResetError("the fake upstream broke off on purpose")
+                    if gated and k == 2:
+                        await asyncio.to_thread(self.gate.wait, 30.0)
                     yield _event(chunk)
                     await asyncio.sleep(0)
                 yield b"data: [DONE]\n\n"
