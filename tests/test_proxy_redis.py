@@ -138,3 +138,25 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
     finally:
         client.close()
         p.stop()
+
+
+def test_replicas_on_a_redis_cluster(redis_cluster: Any, upstream: FakeUpstream) -> None:
+    url = upstream.url  # type: ignore[attr-defined]
+    ns = f"t{uuid.uuid4().hex[:10]}"  # the cluster is shared by the session
+    a = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()
+    b = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()
+    key = f"sk-cluster-{uuid.uuid4().hex}"
+    ca, cb = make_client(a, key), make_client(b, key)
+    try:
+        first, _ = chat(ca, PARAPHRASE[0])
+        wait_cached(a, key, PARAPHRASE[0])
+        got, h = chat(cb, PARAPHRASE[0])
+        assert h["x-cachekit-cache"] == "HIT"
+        assert got.choices[0].message.content == first.choices[0].message.content
+        wait_until(lambda: cached(b, key, PARAPHRASE[1]).status_code == 200, timeout=5.0)
+        assert upstream_calls(upstream, key) == 1
+    finally:
+        ca.close()
+        cb.close()
+        a.stop()
+        b.stop()
