@@ -65,6 +65,18 @@ def test_half_hits_halve_the_upstream_load() -> None:
     assert w["headroom_x"] > cap["without_cache"]["headroom_x"]
 
 
+def test_rarely_waiting_calls_keep_the_service_percentiles() -> None:
+    # 0.1 req/s on 32 slots: P(wait) is vanishingly small, so the percentiles are those of the
+    # logged latencies themselves (here 1..100 s, p99 by linear interpolation of 1% steps).
+    latencies = [1000.0 * (i + 1) for i in range(100)]
+    cap = capacity_report(latency_ms=latencies, hit=[False] * 100, overhead_ms=[0.0] * 100,
+                          rate=0.1, rate_source="--rate", upstream_concurrency=32).to_dict()
+    side = cap["without_cache"]
+    assert side["utilisation"] == pytest.approx(0.1 * 50.5 / 32)
+    assert 99_000.0 <= side["latency_ms"]["p99"] <= 100_000.0
+    assert 50_000.0 <= side["latency_ms"]["p50"] <= 51_000.0
+
+
 def test_saturated_upstream_has_no_latency() -> None:
     cap = capacity_report(latency_ms=[1000.0] * 10, hit=[False] * 10, overhead_ms=[0.0] * 10,
                           rate=5.0, rate_source="--rate", upstream_concurrency=4).to_dict()

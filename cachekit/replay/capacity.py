@@ -104,7 +104,9 @@ def latency_quantile(q: float, hit_s: np.ndarray, miss_base_s: np.ndarray,
     lo = 0.0
     hi = max(float(hit_s.max(initial=0.0)), float(miss_base_s.max(initial=0.0)))
     if cw > 0.0:
-        hi += math.log(max(cw, 1e-300) / max(1.0 - q, 1e-12)) / theta + 1.0
+        # Past every fixed part, the wait alone must leave at most 1 - q above: e^(-theta x)
+        # C <= 1 - q. When C < 1 - q the log is negative and the fixed parts bound it already.
+        hi += max(0.0, math.log(cw / max(1.0 - q, 1e-12))) / theta + 1.0
     for _ in range(_BISECT_STEPS):
         mid = (lo + hi) / 2.0
         if cdf(mid) >= q:

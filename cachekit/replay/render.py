@@ -96,8 +96,16 @@ SWEEP_HEADER = ["Threshold", "Hit rate", "Semantic hits", "Wrong hits", "Wrong-h
                 "Sem. precision", "Dollars saved", "Net dollars", "p99 with cache"]
 
 
+#: Columns used when the output is not a terminal (a file or a pipe has no width of its own, and
+#: rich's default of 80 truncates the sweep table).
+PIPE_WIDTH = 160
+
+
 def print_report(r: Report, console: Console | None = None, *, title: str = "") -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=PIPE_WIDTH)
     t = Table(title=title or f"cachekit replay ({r.policy}; prices {r.prices})",
               show_header=False)
     t.add_column(style="bold")
