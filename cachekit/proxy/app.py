@@ -56,6 +56,8 @@ _UPSTREAM_DROP_RESPONSE = frozenset({*_HOP_BY_HOP, "date", "server", "content-en
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
 _JSON = "application/json"
+_MEMO_SIZE = 4096         # prepared requests remembered (a pure function of these inputs)
+_MEMO_MAX_BODY = 16_384   # bytes; larger bodies are prepared every time
 
 
 try:  # a faster encoder for answers when installed (the proxy extra installs it)
@@ -193,6 +195,7 @@ class Proxy:
         self.metrics = ProxyMetrics()
         self.client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._memo: dict[tuple[str, str, str, bytes], LLMRequest] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -238,6 +241,20 @@ class Proxy:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
+        """:func:`prepare` of the body, remembered for small bodies: a repeated request (what
+        an exact hit is) skips parsing, validation and key hashing. Bad bodies are not kept."""
+        if len(raw) > _MEMO_MAX_BODY:
+            return prepare(endpoint, _loads(raw), tenant, namespace)
+        memo_key = (endpoint, tenant, namespace, raw)
+        req = self._memo.get(memo_key)
+        if req is None:
+            req = prepare(endpoint, _loads(raw), tenant, namespace)
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.pop(next(iter(self._memo)))  # oldest first
+            self._memo[memo_key] = req
+        return req
+
     async def cached(self, request: Request, endpoint: str) -> Response:
         t0 = time.perf_counter()
         label = _ENDPOINT_LABEL[endpoint]
@@ -245,7 +262,7 @@ class Proxy:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
             tenant = self.tenants.resolve(request.headers.get("authorization"))
-            req = prepare(endpoint, _loads(raw), tenant, controls.namespace)
+            req = self._prepare(endpoint, raw, tenant, controls.namespace)
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
