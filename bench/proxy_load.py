@@ -19,6 +19,7 @@ Needs Debian's ``wrk`` (``apt-get install wrk``). Prints one JSON line per run a
 table (ranges over the rounds). Usage::
 
     python bench/proxy_load.py --rounds 3 --duration 5
+    python bench/proxy_load.py --rounds 7 --duration 5 --only "bare endpoint,exact hit" --no-open
 """
 
 from __future__ import annotations
@@ -253,6 +254,8 @@ def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, e
             ("miss via proxy", px, body(QUESTION), never_similar),
             ("miss via exact-only proxy", ex, body(QUESTION), None),
             ("upstream direct", up, body(QUESTION), None)):
+        if args.only and scenario not in args.only:
+            continue
         res = record(scenario, "closed c16", wrk(url + CHAT, template, threads=2, conns=16,
                                                  duration=d, headers=headers))
         cap[scenario] = res["rps"]
@@ -260,6 +263,8 @@ def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, e
                                           headers=headers))
     for scenario, url, template in (("bare endpoint", bare, body(STORED)),
                                     ("exact hit", px, body(STORED))):
+        if args.no_open or scenario not in cap:
+            continue
         for frac in (0.5, 0.7, 0.9):
             rate = frac * cap[scenario]
             res = wrk(url + CHAT, template, threads=2, conns=64, duration=d, rate=rate)
@@ -289,7 +294,8 @@ def summarize(results: list[dict[str, Any]]) -> str:
     for r in results:
         by_round.setdefault(r["round"], {})[f"{r['scenario']}|{r['mode']}"] = r["rps"]
     ratios = [v["exact hit|closed c16"] / v["bare endpoint|closed c16"]
-              for v in by_round.values()]
+              for v in by_round.values()
+              if "exact hit|closed c16" in v and "bare endpoint|closed c16" in v] or [0.0]
     p50 = {k: [r["p50_ms"] for r in rs] for (s, m), rs in keys.items()
            for k in [f"{s}|{m}"]}
     added = [a - b for a, b in zip(p50.get("miss via proxy|closed c1", []),
@@ -315,6 +321,9 @@ def main() -> None:
     parser.add_argument("--upstream-latency", type=float, default=0.02)
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--json", help="also write every run to this file")
+    parser.add_argument("--only", type=lambda v: [x.strip() for x in v.split(",")],
+                        help="comma-separated scenario names to run (default: all)")
+    parser.add_argument("--no-open", action="store_true", help="skip the open-loop runs")
     parser.add_argument("--serve-bare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, default=400, help=argparse.SUPPRESS)
     args = parser.parse_args()
