@@ -417,3 +417,13 @@ def test_command_line_reports_a_missing_file(tmp_path: Path,
     assert cli.main(["replay", str(tmp_path / "nope.jsonl"), "--quiet"]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
 
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cachekit", "replay", "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--sweep" in done.stdout and "--upstream-concurrency" in done.stdout
