@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from cachekit._version import __version__
+from cachekit.proxy import server as serve_cli
+from cachekit.replay import cli as replay_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded demo (in-process cache, no servers)")
     demo.add_argument("--no-semantic", action="store_true",
                       help="skip the semantic tier (which loads the embedding model)")
+    replay_cli.add_parser(sub)
+    serve_cli.add_arguments(sub.add_parser(
+        "serve", help="run the OpenAI-compatible caching proxy (needs the proxy extra)"))
     return parser
 
 
@@ -28,6 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cachekit.demo import run_demo
 
         return run_demo(semantic=not args.no_semantic)
+    if args.command == "replay":
+        return replay_cli.run(args)
+    if args.command == "serve":
+        try:
+            config = serve_cli.config_from_args(args)
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        return serve_cli.serve(config)
     # No command is a usage error, as argparse's own are: exit 2, help on stderr.
     parser.print_help(sys.stderr)
     return 2

@@ -1,0 +1,80 @@
+"""OpenAI request rules and the LLM cache shared by ``cachekit serve`` (:mod:`cachekit.proxy`),
+``cachekit replay`` and the OpenAI client adapter.
+
+* :mod:`cachekit.llm.rules`: cached endpoints, validation (:class:`RequestError`), exact key,
+  semantic text and scope, tenants, response cacheability.
+* :mod:`cachekit.llm.streaming`: SSE chunks assembled into one completion, and a stored
+  completion replayed as a stream.
+* :mod:`cachekit.llm.prices`: dated dollar prices per model, overridable from TOML.
+* :mod:`cachekit.llm.store`: :class:`LLMCache` (``lookup``/``store``/``alookup``/``astore``) and
+  :func:`build_cache`, the factory both commands use.
+
+Imports nothing heavy: the semantic tier loads only on the first semantic lookup.
+"""
+
+from cachekit.llm.prices import PRICES_AS_OF, Price, PriceTable
+from cachekit.llm.rules import (
+    CACHED_ENDPOINTS,
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    IGNORED_FIELDS,
+    LLMRequest,
+    RequestError,
+    TenantResolver,
+    bearer_token,
+    cacheable_response,
+    canonical_json,
+    endpoint_of,
+    exact_key,
+    key_fingerprint,
+    parse_body,
+    prepare,
+    scope_key,
+    semantic_text,
+    validate_request,
+)
+from cachekit.llm.store import CacheLookup, LLMCache, LLMCacheConfig, build_cache
+from cachekit.llm.streaming import (
+    DONE,
+    StreamAssembler,
+    completion_chunks,
+    split_text,
+    sse_event,
+    sse_stream,
+)
+
+__all__ = [
+    "CACHED_ENDPOINTS",
+    "CHAT",
+    "COMPLETIONS",
+    "DONE",
+    "EMBEDDINGS",
+    "IGNORED_FIELDS",
+    "PRICES_AS_OF",
+    "CacheLookup",
+    "LLMCache",
+    "LLMCacheConfig",
+    "LLMRequest",
+    "Price",
+    "PriceTable",
+    "RequestError",
+    "StreamAssembler",
+    "TenantResolver",
+    "bearer_token",
+    "build_cache",
+    "cacheable_response",
+    "canonical_json",
+    "completion_chunks",
+    "endpoint_of",
+    "exact_key",
+    "key_fingerprint",
+    "parse_body",
+    "prepare",
+    "scope_key",
+    "semantic_text",
+    "split_text",
+    "sse_event",
+    "sse_stream",
+    "validate_request",
+]

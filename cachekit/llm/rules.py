@@ -1,0 +1,422 @@
+"""OpenAI request rules: what is cached, what a request's key and scope are, who its tenant is,
+and which responses may be stored.
+
+Pure functions over decoded JSON bodies (``dict``); no web framework, no network. The proxy
+(``cachekit serve``), the replay command and the OpenAI client adapter all call these, so that
+what replay predicts is what production does.
+
+Vocabulary:
+
+* **endpoint**: one of :data:`CACHED_ENDPOINTS` (``/v1/chat/completions``, ``/v1/completions``,
+  ``/v1/embeddings``); anything else is passed through by the proxy.
+* **exact key**: a digest of the canonical JSON (sorted keys, compact) of every request field
+  that changes the answer, plus the endpoint, the tenant and the namespace. Fields that do not
+  change the answer (:data:`IGNORED_FIELDS`: ``user``, ``stream``, ``stream_options``,
+  ``metadata``, ``store``, ``service_tier`` ...) are left out, so a streamed and a non-streamed
+  request share an entry.
+* **semantic text**: the last user message (a string, or the concatenated ``text`` parts), or
+  a completion's string prompt. ``None`` when the request is exact-only: ``n > 1``, a last message
+  that is not from the user or carries non-text parts, embeddings.
+* **scope**: a digest of everything else (endpoint, model, parameters, system prompt, earlier
+  turns, tools, response_format, tenant, namespace): two requests may share an answer through
+  similarity only when their scopes are equal.
+* **tenant**: by default a keyed BLAKE2b hash of the caller's API key (never the key in clear);
+  keys listed in a shared-scope group map to that group; an explicit tenant string overrides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+__all__ = [
+    "CACHED_ENDPOINTS",
+    "CHAT",
+    "COMPLETIONS",
+    "EMBEDDINGS",
+    "IGNORED_FIELDS",
+    "LLMRequest",
+    "RequestError",
+    "TenantResolver",
+    "bearer_token",
+    "cacheable_response",
+    "canonical_json",
+    "endpoint_of",
+    "exact_key",
+    "key_fingerprint",
+    "parse_body",
+    "prepare",
+    "scope_key",
+    "semantic_text",
+    "validate_request",
+]
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS})
+
+#: Request fields that never change the answer's content: left out of keys and scopes.
+IGNORED_FIELDS: frozenset[str] = frozenset({
+    "user", "stream", "stream_options", "metadata", "store", "service_tier",
+    "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
+})
+
+#: Finish reasons of a complete answer. ``length`` (truncated) is cacheable only on request.
+_COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "eos"})
+_KEY_DIGEST = 20  # bytes of BLAKE2b in keys: 160 bits, collision-free for any cache size
+
+
+class RequestError(ValueError):
+    """A request that must be refused (HTTP ``status``, 400 unless said otherwise), with an
+    OpenAI-style error body in :meth:`body`."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400,
+                 code: str | None = None, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API sends it."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+# ---------------------------------------------------------------------- endpoints and bodies
+
+
+def endpoint_of(path: str) -> str | None:
+    """The cached endpoint a URL path names (a trailing slash tolerated), else ``None``."""
+    p = path.split("?", 1)[0]
+    if len(p) > 1 and p.endswith("/"):
+        p = p[:-1]
+    return p if p in CACHED_ENDPOINTS else None
+
+
+def parse_body(raw: bytes | str) -> dict[str, Any]:
+    """Decode a JSON request body; :class:`RequestError` unless it is a JSON object."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"We could not parse the JSON body of your request: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return body
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check(cond: bool, message: str, param: str) -> None:
+    if not cond:
+        raise RequestError(message, param=param)
+
+
+_NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+_INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed", "top_logprobs", "dimensions")
+
+
+def _check_common(body: Mapping[str, Any]) -> None:
+    model = body.get("model")
+    _check(isinstance(model, str) and bool(model), "you must provide a model parameter", "model")
+    for name in _NUMBER_FIELDS:
+        v = body.get(name)
+        _check(v is None or _is_number(v), f"'{name}' must be a number", name)
+    for name in _INT_FIELDS:
+        v = body.get(name)
+        _check(v is None or _is_int(v), f"'{name}' must be an integer", name)
+    n = body.get("n")
+    _check(n is None or (_is_int(n) and n >= 1), "'n' must be an integer >= 1", "n")
+    stream = body.get("stream")
+    _check(stream is None or isinstance(stream, bool), "'stream' must be a boolean", "stream")
+    so = body.get("stream_options")
+    _check(so is None or isinstance(so, dict), "'stream_options' must be an object",
+           "stream_options")
+    stop = body.get("stop")
+    _check(stop is None or isinstance(stop, str)
+           or (isinstance(stop, list) and all(isinstance(s, str) for s in stop)),
+           "'stop' must be a string or a list of strings", "stop")
+    for name in ("tools", "functions"):
+        v = body.get(name)
+        _check(v is None or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
+               f"'{name}' must be a list of objects", name)
+    for name in ("response_format", "logit_bias"):
+        v = body.get(name)
+        _check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
+
+
+def _check_messages(messages: Any) -> None:
+    _check(isinstance(messages, list) and len(messages) > 0,
+           "'messages' must be a non-empty array", "messages")
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        _check(isinstance(m, dict), f"'{where}' must be an object", where)
+        _check(isinstance(m.get("role"), str), f"'{where}.role' must be a string", where)
+        c = m.get("content")
+        _check(c is None or isinstance(c, str)
+               or (isinstance(c, list) and all(isinstance(p, dict) for p in c)),
+               f"'{where}.content' must be a string or an array of content parts", where)
+
+
+def _is_token_list(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_int(x) for x in v)
+
+
+def _check_input(value: Any, name: str) -> None:
+    ok = isinstance(value, str) or _is_token_list(value) or (
+        isinstance(value, list) and len(value) > 0
+        and all(isinstance(x, str) or _is_token_list(x) for x in value))
+    _check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
+
+
+def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
+    """Check a decoded body for ``endpoint``; returns it, or raises :class:`RequestError` with
+    the offending ``param`` (missing model or messages, wrong types). Unknown fields pass:
+    the upstream may support more than we know of."""
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    if endpoint not in CACHED_ENDPOINTS:
+        raise ValueError(f"not a cached endpoint: {endpoint!r}")
+    _check_common(body)
+    if endpoint == CHAT:
+        _check_messages(body.get("messages"))
+    elif endpoint == COMPLETIONS:
+        _check("prompt" in body, "you must provide a prompt parameter", "prompt")
+        _check_input(body["prompt"], "prompt")
+    else:
+        _check("input" in body, "you must provide an input parameter", "input")
+        _check_input(body["input"], "input")
+    return body
+
+
+# ---------------------------------------------------------------------- keys and scope
+
+
+def _normalize(value: Any) -> Any:
+    # 1 and 1.0 mean the same temperature; JSON writes them differently.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _normalize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, integral floats written as ints, non-ASCII kept."""
+    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=_KEY_DIGEST).hexdigest()
+
+
+def _answer_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in IGNORED_FIELDS and v is not None}
+
+
+def exact_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: str = "") -> str:
+    """The exact-match key: ``llm:x:`` and a digest of the canonical JSON of the endpoint,
+    tenant, namespace and every field that changes the answer. ``null`` fields count as absent."""
+    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": _answer_fields(body)}
+    return "llm:x:" + _digest(canonical_json(payload))
+
+
+def _text_of(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                return None  # images, audio, files: compared exactly only
+            t = part.get("text")
+            if not isinstance(t, str):
+                return None
+            texts.append(t)
+        return "\n".join(texts)
+    return None
+
+
+def semantic_text(endpoint: str, body: Mapping[str, Any]) -> str | None:
+    """The text compared by similarity, or ``None`` when the request is exact-only (``n > 1``,
+    embeddings, a last message not from the user or with non-text parts, a non-string prompt)."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        return None
+    if endpoint == CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+            return None
+        last = messages[-1]
+        return _text_of(last.get("content")) if last.get("role") == "user" else None
+    if endpoint == COMPLETIONS:
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else None
+    return None
+
+
+def scope_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: str = "") -> str:
+    """The digest of everything but the semantic text: endpoint, model, parameters, system
+    prompt, earlier turns, the last message's other fields, tools, response_format, tenant,
+    namespace. Meaningful when :func:`semantic_text` is not ``None``."""
+    fields = _answer_fields(body)
+    if endpoint == CHAT and isinstance(fields.get("messages"), list):
+        msgs = list(fields["messages"])
+        last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}
+        last.pop("content", None)
+        fields["messages"] = [*msgs[:-1], last]
+    elif endpoint == COMPLETIONS:
+        fields.pop("prompt", None)
+    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": fields}
+    return "llm:s:" + _digest(canonical_json(payload))
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """A validated request with its exact key computed once: what
+    :class:`~cachekit.llm.LLMCache` looks up and stores. Build it with :func:`prepare`.
+    ``scope`` (``None`` for exact-only requests) is computed on first use: an exact hit never
+    needs it."""
+
+    endpoint: str
+    body: Mapping[str, Any]
+    tenant: str
+    namespace: str
+    key: str
+    text: str | None
+
+    @cached_property
+    def scope(self) -> str | None:
+        if self.text is None:
+            return None
+        return scope_key(self.endpoint, self.body, self.tenant, self.namespace)
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def include_usage(self) -> bool:
+        so = self.body.get("stream_options")
+        return isinstance(so, dict) and bool(so.get("include_usage"))
+
+
+def prepare(endpoint: str, body: Any, tenant: str, namespace: str = "") -> LLMRequest:
+    """Validate ``body`` (:class:`RequestError` when bad) and compute its exact key and
+    semantic text (and, lazily, its scope)."""
+    endpoint = endpoint_of(endpoint) or endpoint
+    validate_request(endpoint, body)
+    try:
+        key = exact_key(endpoint, body, tenant, namespace)
+    except ValueError as exc:  # NaN or infinity somewhere in the body
+        raise RequestError(f"The request body is not valid JSON for the API: {exc}") from None
+    return LLMRequest(endpoint, body, tenant, namespace, key, semantic_text(endpoint, body))
+
+
+# ---------------------------------------------------------------------- tenants
+
+
+def key_fingerprint(api_key: str) -> str:
+    """``sha256:<hex>`` of an API key: how shared-scope groups may list keys without holding
+    them in clear (``cachekit.llm.key_fingerprint("sk-...")``)."""
+    return "sha256:" + hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, else ``None``."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class TenantResolver:
+    """Maps a caller to its tenant id.
+
+    ``secret`` keys the BLAKE2b hash of API keys (every replica sharing entries must use the same
+    secret; keep it secret so tenant ids cannot be tested against guessed keys). ``groups`` maps a
+    group name to API keys or their :func:`key_fingerprint` strings: callers with any of those keys
+    share one tenant, ``group:<name>``.
+    """
+
+    def __init__(self, secret: str | bytes, groups: Mapping[str, Iterable[str]] | None = None
+                 ) -> None:
+        raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        # BLAKE2b keys are at most 64 bytes; longer secrets are hashed down first.
+        self._secret = raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
+        self._groups: dict[str, str] = {}
+        for name, keys in (groups or {}).items():
+            if isinstance(keys, str):
+                raise TypeError(f"shared-scope group {name!r} must list keys, got a string")
+            for k in keys:
+                fp = k if k.startswith("sha256:") else key_fingerprint(k)
+                self._groups[fp] = f"group:{name}"
+
+    def for_key(self, api_key: str | None) -> str:
+        """The tenant of an API key (``anonymous`` without one)."""
+        if not api_key:
+            return "anonymous"
+        if self._groups:
+            group = self._groups.get(key_fingerprint(api_key))
+            if group is not None:
+                return group
+        h = hashlib.blake2b(api_key.encode("utf-8"), key=self._secret, digest_size=16)
+        return "key:" + h.hexdigest()
+
+    def resolve(self, authorization: str | None = None, explicit: str | None = None) -> str:
+        """``explicit`` (e.g. replay's ``--tenant-field``) wins as ``explicit:<value>``;
+        otherwise the tenant of the bearer token in ``authorization``."""
+        if explicit is not None:
+            return "explicit:" + str(explicit)
+        return self.for_key(bearer_token(authorization))
+
+
+# ---------------------------------------------------------------------- responses
+
+
+def cacheable_response(endpoint: str, status: int, body: Any, *, cache_length: bool = False
+                       ) -> tuple[bool, str]:
+    """Whether an upstream answer may be stored, and why not: 2xx, a JSON object without
+    ``error``, of the endpoint's object type, every choice finished (``finish_reason`` not
+    ``null``; not ``length`` unless ``cache_length``; never ``content_filter``)."""
+    if not 200 <= status < 300:
+        return False, f"status {status}"
+    if not isinstance(body, dict) or body.get("error") is not None:
+        return False, "error body"
+    if endpoint == EMBEDDINGS:
+        data = body.get("data")
+        ok = isinstance(data, list) and bool(data) and all(
+            isinstance(d, dict) and d.get("embedding") is not None for d in data)
+        return (True, "") if ok else (False, "no embeddings")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return False, "no choices"
+    for c in choices:
+        reason = c.get("finish_reason") if isinstance(c, dict) else None
+        if reason == "length" and cache_length:
+            continue
+        if reason not in _COMPLETE_FINISH:
+            return False, f"finish_reason {reason}"
+    return True, ""

@@ -1,0 +1,349 @@
+"""``LLMCache``: exact and semantic caching of OpenAI-style requests over the public
+:class:`~cachekit.Cache` API, and :func:`build_cache`, the one factory that ``cachekit serve``
+and ``cachekit replay`` both call so that replay predicts what production does.
+
+Every request gets an exact entry (``cache.get``/``cache.set`` under :func:`rules.exact_key`).
+Requests with a semantic text (see :func:`rules.semantic_text`) also go through one
+``@cache.semantic`` function whose text is that text and whose scope is
+:func:`rules.scope_key`; its ``lookup``/``put`` give the semantic hits. Stored values are the
+complete response objects (a streamed answer is stored assembled), wrapped with their store time
+and their own expiry so ``max-age`` and per-request TTLs work on both kinds of entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from cachekit.cache import Cache, Status
+from cachekit.llm.prices import PriceTable
+from cachekit.llm.rules import CHAT, LLMRequest, TenantResolver, prepare
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["CacheLookup", "LLMCache", "LLMCacheConfig", "build_cache"]
+
+log = logging.getLogger("cachekit.llm")
+
+#: The semantic function's name: entries shared through Redis are found under it.
+SEMANTIC_NAME = "cachekit.llm.request"
+
+
+class CacheLookup(NamedTuple):
+    """What :meth:`LLMCache.lookup` found: unpacks as ``status, response, similarity, age``.
+
+    ``status`` is ``Status.HIT`` (exact), ``Status.SEMANTIC_HIT`` or ``Status.MISS``;
+    ``response`` the stored response object on a hit; ``similarity`` the cosine of the matched
+    (or, on a miss, the nearest rejected) entry; ``age`` seconds since the entry was stored."""
+
+    status: Status
+    response: dict[str, Any] | None = None
+    similarity: float | None = None
+    age: float | None = None
+
+    @property
+    def hit(self) -> bool:
+        return self.status in (Status.HIT, Status.SEMANTIC_HIT)
+
+
+_MISS = CacheLookup(Status.MISS)
+
+
+@dataclass
+class LLMCacheConfig:
+    """Cache settings shared by ``cachekit serve`` and ``cachekit replay``.
+
+    Read from the top level of a TOML file by :meth:`from_toml` (tables ``[shared_scope]``, a
+    group name to a list of API keys or ``sha256:`` fingerprints, and ``[prices]``; tables
+    ``[proxy]`` and ``[replay]`` belong to those commands and are skipped)."""
+
+    redis_url: str | None = None
+    redis_cluster_url: str | None = None
+    namespace: str = "llm"
+    #: Seconds an entry lives (exact and semantic).
+    ttl: float = 3600.0
+    #: Similarity bar of the semantic hit policy; ``None``: the library default.
+    threshold: float | None = None
+    #: ``False``: exact hits only (the embedding model is never loaded).
+    semantic: bool = True
+    #: Store answers cut off by ``max_tokens`` (``finish_reason: length``).
+    cache_length: bool = False
+    #: Keys the tenant hash; replicas that share entries need the same. Default: the
+    #: ``CACHEKIT_TENANT_SECRET`` environment variable, else derived from the namespace.
+    tenant_secret: str | None = None
+    shared_scope: dict[str, list[str]] = field(default_factory=dict)
+    redis_timeout: float = 0.05
+    l1_max_entries: int = 10_000
+    capacity: int = 100_000
+    prices: PriceTable = field(default_factory=PriceTable)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> LLMCacheConfig:
+        """From a parsed TOML document; unknown keys are an error (a typo must not pass)."""
+        known = {f.name for f in fields(cls)} - {"prices"}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in ("proxy", "replay"):
+                continue
+            if key == "prices":
+                values["prices"] = PriceTable.from_mapping(value)
+            elif key in known:
+                values[key] = value
+            else:
+                raise ValueError(f"unknown cache setting {key!r} (known: {sorted(known)})")
+        config = cls(**values)
+        config.check()
+        return config
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> LLMCacheConfig:
+        with open(path, "rb") as f:
+            return cls.from_mapping(tomllib.load(f))
+
+    def check(self) -> None:
+        """Raise ``ValueError`` for settings that cannot work."""
+        if not (isinstance(self.ttl, (int, float)) and self.ttl > 0):
+            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
+        if self.threshold is not None and not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        if self.redis_url and self.redis_cluster_url:
+            raise ValueError("give redis_url or redis_cluster_url, not both")
+        for name, keys in self.shared_scope.items():
+            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+                raise ValueError(f"shared_scope.{name} must be a list of keys")
+
+    def tenants(self) -> TenantResolver:
+        """The tenant resolver these settings describe."""
+        secret = (self.tenant_secret or os.environ.get("CACHEKIT_TENANT_SECRET")
+                  or f"cachekit-tenant:{self.namespace}")
+        return TenantResolver(secret, self.shared_scope)
+
+
+def _semantic_only(text: str, *, scope: str) -> Any:
+    raise RuntimeError("the LLM semantic function is used through lookup/put only")
+
+
+async def _asemantic_only(text: str, *, scope: str) -> Any:
+    raise RuntimeError("the LLM semantic function is used through lookup/put only")
+
+
+def _scope_of(text: str, *, scope: str) -> str:
+    return scope
+
+
+class LLMCache:
+    """Exact and semantic entries for OpenAI-style requests on one :class:`~cachekit.Cache`.
+
+    ``lookup``/``store`` and their async forms ``alookup``/``astore`` take a request body
+    (``dict``, with ``tenant`` and ``endpoint``) or an :class:`~cachekit.llm.rules.LLMRequest`
+    from :func:`~cachekit.llm.rules.prepare`. Failures of the cache cost a miss (or a lost store),
+    never an exception; a bad request body raises :class:`~cachekit.llm.rules.RequestError`.
+
+    The semantic function is built on first use, one for sync and one for async callers (within
+    one process they share exact entries; their indexes are shared through Redis). ``embedder``:
+    any embedder accepted by ``@cache.semantic`` (replay passes precomputed vectors this way).
+    """
+
+    def __init__(self, cache: Cache, *, ttl: float = 3600.0, threshold: float | None = None,
+                 semantic: bool = True, embedder: Any = None, capacity: int = 100_000,
+                 cache_length: bool = False, name: str = SEMANTIC_NAME) -> None:
+        self.cache = cache
+        self.ttl = float(ttl)
+        self.threshold = threshold
+        self.semantic_enabled = semantic
+        self.cache_length = cache_length
+        self._embedder = embedder
+        self._capacity = capacity
+        self._name = name
+        self._sync_fn: Any = None
+        self._async_fn: Any = None
+
+    # ------------------------------------------------------------------ semantic functions
+
+    def semantic_function(self, asynchronous: bool = False) -> Any:
+        """The ``@cache.semantic`` function (``lookup``/``put``/``tier``) used for one form."""
+        fn = self._async_fn if asynchronous else self._sync_fn
+        if fn is None:
+            fn = self.cache.semantic(
+                _asemantic_only if asynchronous else _semantic_only, threshold=self.threshold,
+                ttl=self.ttl, scope=_scope_of, embedder=self._embedder, name=self._name,
+                capacity=self._capacity)
+            if asynchronous:
+                self._async_fn = fn
+            else:
+                self._sync_fn = fn
+        return fn
+
+    def start(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
+        """Build the semantic function now and wait (up to ``timeout`` s) until its index has
+        been loaded from Redis, so the first requests can hit. True when ready."""
+        if not self.semantic_enabled:
+            return True
+        return bool(self.semantic_function(asynchronous).tier.wait_ready(timeout))
+
+    def warm(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
+        """:meth:`start`, and load the embedding model now (it otherwise loads on the first
+        semantic lookup that needs it, which would then take seconds). True when ready."""
+        if not self.semantic_enabled:
+            return True
+        if self._embedder is None and self._sync_fn is None and self._async_fn is None:
+            from cachekit.semantic.embedder import SentenceTransformerEmbedder
+
+            self._embedder = SentenceTransformerEmbedder()
+        load = getattr(self._embedder, "load", None)
+        if callable(load):
+            load()
+        return self.start(asynchronous, timeout)
+
+    # ------------------------------------------------------------------ helpers
+
+    def request(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None, *,
+                endpoint: str = CHAT, namespace: str = "") -> LLMRequest:
+        """``request`` prepared (validated, keyed); an :class:`LLMRequest` is returned as is."""
+        if isinstance(request, LLMRequest):
+            return request
+        return prepare(endpoint, dict(request), tenant if tenant is not None else "anonymous",
+                       namespace)
+
+    def _unwrap(self, value: Any, max_age: float | None) -> tuple[dict[str, Any], float] | None:
+        if not isinstance(value, dict) or not isinstance(value.get("r"), dict):
+            return None
+        now = self.cache.clock()
+        age = max(0.0, now - float(value.get("t", now)))
+        expires = value.get("e")
+        if expires is not None and now >= expires:
+            return None
+        if max_age is not None and age > max_age:
+            return None
+        return value["r"], age
+
+    def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
+        now = self.cache.clock()
+        return {"r": dict(response), "t": now, "e": None if ttl is None else now + ttl}
+
+    def _semantic_result(self, r: Any, max_age: float | None, min_similarity: float | None
+                         ) -> CacheLookup:
+        if not r.hit:
+            return CacheLookup(Status.MISS, similarity=r.similarity)
+        if (r.status is Status.SEMANTIC_HIT and min_similarity is not None
+                and (r.similarity or 0.0) < min_similarity):
+            return CacheLookup(Status.MISS, similarity=r.similarity)
+        found = self._unwrap(r.value, max_age)
+        if found is None:
+            return CacheLookup(Status.MISS, similarity=r.similarity)
+        status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
+        sim = r.similarity if status is Status.SEMANTIC_HIT else None
+        return CacheLookup(status, found[0], sim, found[1])
+
+    def _use_semantic(self, req: LLMRequest, semantic: bool) -> bool:
+        return semantic and self.semantic_enabled and req.text is not None and bool(req.text)
+
+    def entry_ttl(self, ttl: float | None) -> float:
+        """The TTL an entry gets: ``ttl``, else the configured one. A semantic entry is served
+        for at most the configured TTL whatever ``ttl`` says (the semantic function has one)."""
+        return self.ttl if ttl is None else float(ttl)
+
+    # ------------------------------------------------------------------ sync
+
+    def lookup(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None, *,
+               endpoint: str = CHAT, namespace: str = "", max_age: float | None = None,
+               min_similarity: float | None = None, semantic: bool = True) -> CacheLookup:
+        """Exact entry first, then (for requests with a semantic text) the semantic tier.
+        ``max_age``: only entries younger than that (s). ``min_similarity``: a semantic hit
+        must reach it as well as the policy's own bar (it can only raise the bar)."""
+        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        try:
+            found = self._unwrap(self.cache.get(req.key), max_age)
+            if found is not None:
+                return CacheLookup(Status.HIT, found[0], None, found[1])
+            if not self._use_semantic(req, semantic):
+                return _MISS
+            r = self.semantic_function(False).lookup(req.text, scope=req.scope)
+            return self._semantic_result(r, max_age, min_similarity)
+        except Exception as exc:  # the cache must never fail the caller
+            log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
+            return _MISS
+
+    def store(self, request: Mapping[str, Any] | LLMRequest, response: Mapping[str, Any],
+              tenant: str | None = None, *, endpoint: str = CHAT, namespace: str = "",
+              ttl: float | None = None, semantic: bool = True) -> bool:
+        """Store a complete response (check it with :func:`rules.cacheable_response` first).
+        Returns whether the exact entry was written."""
+        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        value = self._wrap(response, self.entry_ttl(ttl))
+        try:
+            ok = self.cache.set(req.key, value, ttl=self.entry_ttl(ttl))
+            if self._use_semantic(req, semantic):
+                self.semantic_function(False).put(value, req.text, scope=req.scope)
+            return bool(ok)
+        except Exception as exc:
+            log.warning("cachekit: LLM cache store failed: %r", exc)
+            return False
+
+    # ------------------------------------------------------------------ async
+
+    async def alookup(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None,
+                      *, endpoint: str = CHAT, namespace: str = "",
+                      max_age: float | None = None, min_similarity: float | None = None,
+                      semantic: bool = True) -> CacheLookup:
+        """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
+        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        try:
+            found = self._unwrap(await self.cache.aget(req.key), max_age)
+            if found is not None:
+                return CacheLookup(Status.HIT, found[0], None, found[1])
+            if not self._use_semantic(req, semantic):
+                return _MISS
+            r = await self.semantic_function(True).lookup(req.text, scope=req.scope)
+            return self._semantic_result(r, max_age, min_similarity)
+        except Exception as exc:
+            log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
+            return _MISS
+
+    async def astore(self, request: Mapping[str, Any] | LLMRequest,
+                     response: Mapping[str, Any], tenant: str | None = None, *,
+                     endpoint: str = CHAT, namespace: str = "", ttl: float | None = None,
+                     semantic: bool = True) -> bool:
+        """:meth:`store` for asyncio callers."""
+        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        value = self._wrap(response, self.entry_ttl(ttl))
+        try:
+            ok = await self.cache.aset(req.key, value, ttl=self.entry_ttl(ttl))
+            if self._use_semantic(req, semantic):
+                await self.semantic_function(True).put(value, req.text, scope=req.scope)
+            return bool(ok)
+        except Exception as exc:
+            log.warning("cachekit: LLM cache store failed: %r", exc)
+            return False
+
+    def close(self) -> None:
+        """Stop the semantic threads and close the cache."""
+        self.cache.close()
+
+
+def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
+                cache: Cache | None = None, clock: Callable[[], float] | None = None
+                ) -> LLMCache:
+    """The :class:`LLMCache` that ``config`` describes: a :class:`~cachekit.Cache` on its Redis
+    (or in-process only), namespace and TTL, and its semantic settings. ``embedder`` replaces the
+    default model (tests, precomputed vectors); ``cache`` an already built cache."""
+    config = config or LLMCacheConfig()
+    config.check()
+    if cache is None:
+        kwargs: dict[str, Any] = {}
+        if clock is not None:
+            kwargs["clock"] = clock
+        cache = Cache(redis_url=config.redis_url, redis_cluster_url=config.redis_cluster_url,
+                      namespace=config.namespace, default_ttl=config.ttl,
+                      redis_timeout=config.redis_timeout, l1_max_entries=config.l1_max_entries,
+                      **kwargs)
+    return LLMCache(cache, ttl=config.ttl, threshold=config.threshold, semantic=config.semantic,
+                    embedder=embedder, capacity=config.capacity, cache_length=config.cache_length)

@@ -1,0 +1,305 @@
+"""Server-sent events of the OpenAI streaming API, both ways.
+
+* :class:`StreamAssembler` turns the ``chat.completion.chunk`` (or ``text_completion``) events
+  of a streamed answer into the one ``chat.completion`` (``text_completion``) object the
+  non-streamed API would have returned: content, reasoning content, tool-call deltas, refusal,
+  logprobs, usage, finish reasons. It knows whether the stream completed (``data: [DONE]`` seen
+  and every choice finished), so an interrupted stream is never stored.
+* :func:`completion_chunks` / :func:`sse_stream` replay a stored completion as a stream of
+  several well-formed chunks ending with ``data: [DONE]``, with a usage chunk when the request
+  asked for one (``stream_options.include_usage``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "DONE",
+    "StreamAssembler",
+    "completion_chunks",
+    "split_text",
+    "sse_event",
+    "sse_stream",
+]
+
+DONE = b"data: [DONE]\n\n"
+_PIECE = re.compile(r"\S+\s*|\s+")
+
+
+def sse_event(obj: Any) -> bytes:
+    """One ``data: {json}`` event."""
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+class _Choice:
+    __slots__ = ("content", "finish_reason", "function_call", "logprobs", "reasoning",
+                 "reasoning_key", "refusal", "role", "tool_calls")
+
+    def __init__(self) -> None:
+        self.role: str | None = None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_key = "reasoning_content"
+        self.refusal: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.function_call: dict[str, str] | None = None
+        self.finish_reason: str | None = None
+        self.logprobs: dict[str, list[Any]] | None = None
+
+    def add_delta(self, delta: dict[str, Any]) -> None:
+        if delta.get("role"):
+            self.role = delta["role"]
+        for key, out in (("content", self.content), ("refusal", self.refusal)):
+            if isinstance(delta.get(key), str):
+                out.append(delta[key])
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                self.reasoning_key = key
+                self.reasoning.append(delta[key])
+        for tc in delta.get("tool_calls") or ():
+            self._add_tool_call(tc)
+        fc = delta.get("function_call")
+        if isinstance(fc, dict):
+            cur = self.function_call or {"name": "", "arguments": ""}
+            cur["name"] += fc.get("name") or ""
+            cur["arguments"] += fc.get("arguments") or ""
+            self.function_call = cur
+
+    def _add_tool_call(self, tc: dict[str, Any]) -> None:
+        idx = tc.get("index", len(self.tool_calls))
+        cur = self.tool_calls.setdefault(
+            idx, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if tc.get("id"):
+            cur["id"] = tc["id"]
+        if tc.get("type"):
+            cur["type"] = tc["type"]
+        fn = tc.get("function") or {}
+        cur["function"]["name"] += fn.get("name") or ""
+        cur["function"]["arguments"] += fn.get("arguments") or ""
+
+    def add_logprobs(self, lp: Any) -> None:
+        if not isinstance(lp, dict):
+            return
+        self.logprobs = self.logprobs or {}
+        for key, items in lp.items():
+            if isinstance(items, list):
+                self.logprobs.setdefault(key, []).extend(items)
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": self.role or "assistant",
+                               "content": "".join(self.content) if self.content else None}
+        if self.reasoning:
+            msg[self.reasoning_key] = "".join(self.reasoning)
+        if self.refusal:
+            msg["refusal"] = "".join(self.refusal)
+        if self.tool_calls:
+            msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        if self.function_call is not None:
+            msg["function_call"] = self.function_call
+        return msg
+
+
+class StreamAssembler:
+    """Feed it the raw bytes of an SSE response as they arrive (any split); read the assembled
+    object with :meth:`result` once :attr:`complete`.
+
+    ``complete`` is true only when ``data: [DONE]`` arrived, no error event was seen and every
+    choice has a finish reason. An ``error`` event or a non-JSON data line marks it broken.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._choices: dict[int, _Choice] = {}
+        self._texts: dict[int, list[str]] = {}
+        self._meta: dict[str, Any] = {}
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+        self.broken = False
+        self.chunks = 0
+        self.object: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.feed_events(data)
+
+    def feed_events(self, data: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """:meth:`feed`, returning the events completed by ``data``: each one's raw bytes
+        (separator included, ready to relay) and its decoded chunk (``None`` for ``[DONE]``,
+        comments and undecodable events). A relay can drop events this way."""
+        out: list[tuple[bytes, dict[str, Any] | None]] = []
+        self._buf += data
+        while True:
+            cut = self._next_boundary()
+            if cut is None:
+                return out
+            event, self._buf = self._buf[: cut[0]], self._buf[cut[1]:]
+            out.append((event + b"\n\n", self._event(event)))
+
+    def _next_boundary(self) -> tuple[int, int] | None:
+        best: tuple[int, int] | None = None
+        for sep in (b"\n\n", b"\r\n\r\n"):
+            i = self._buf.find(sep)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, i + len(sep))
+        return best
+
+    def _event(self, event: bytes) -> dict[str, Any] | None:
+        lines = [ln[5:].lstrip() for ln in event.replace(b"\r\n", b"\n").split(b"\n")
+                 if ln.startswith(b"data:")]
+        if not lines:
+            return None  # comments, keep-alives, event:/id: lines alone
+        payload = b"\n".join(lines)
+        if payload.strip() == b"[DONE]":
+            self.done = True
+            return None
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.broken = True
+            return None
+        if not isinstance(obj, dict) or obj.get("error") is not None:
+            self.broken = True
+            return None
+        self.add_chunk(obj)
+        return obj
+
+    def add_chunk(self, chunk: dict[str, Any]) -> None:
+        """Add one decoded chunk (what the openai client's stream yields, as a dict)."""
+        self.chunks += 1
+        for key in ("id", "created", "model", "system_fingerprint", "service_tier"):
+            if chunk.get(key) is not None:
+                self._meta.setdefault(key, chunk[key])
+        self.object = self.object or chunk.get("object")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for c in chunk.get("choices") or ():
+            if isinstance(c, dict):
+                self._add_choice(c)
+
+    def _add_choice(self, c: dict[str, Any]) -> None:
+        idx = c.get("index", 0)
+        ch = self._choices.setdefault(idx, _Choice())
+        if isinstance(c.get("delta"), dict):
+            ch.add_delta(c["delta"])
+        if isinstance(c.get("text"), str):
+            self._texts.setdefault(idx, []).append(c["text"])
+        if c.get("logprobs") is not None:
+            ch.add_logprobs(c["logprobs"])
+        if c.get("finish_reason") is not None:
+            ch.finish_reason = c["finish_reason"]
+
+    @property
+    def complete(self) -> bool:
+        return (self.done and not self.broken and bool(self._choices)
+                and all(c.finish_reason is not None for c in self._choices.values()))
+
+    def result(self) -> dict[str, Any] | None:
+        """The assembled completion, or ``None`` when nothing usable arrived."""
+        if not self._choices:
+            return None
+        is_text = self.object == "text_completion" or (bool(self._texts) and not any(
+            c.role or c.content or c.tool_calls for c in self._choices.values()))
+        out: dict[str, Any] = {
+            "id": self._meta.get("id", ""),
+            "object": "text_completion" if is_text else "chat.completion",
+            "created": self._meta.get("created", 0),
+            "model": self._meta.get("model", ""),
+            "choices": [self._choice_out(i, is_text) for i in sorted(self._choices)],
+        }
+        for key in ("system_fingerprint", "service_tier"):
+            if key in self._meta:
+                out[key] = self._meta[key]
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
+
+    def _choice_out(self, i: int, is_text: bool) -> dict[str, Any]:
+        ch = self._choices[i]
+        if is_text:
+            return {"index": i, "text": "".join(self._texts.get(i, [])),
+                    "logprobs": ch.logprobs, "finish_reason": ch.finish_reason}
+        return {"index": i, "message": ch.message(), "logprobs": ch.logprobs,
+                "finish_reason": ch.finish_reason}
+
+
+def split_text(text: str, pieces: int = 8) -> list[str]:
+    """``text`` cut at word boundaries into about ``pieces`` parts (at least one per word group;
+    a one-word text stays whole). Joining the parts gives ``text`` back."""
+    words = _PIECE.findall(text)
+    if not words:
+        return [text] if text else []
+    per = max(1, -(-len(words) // max(1, pieces)))
+    return ["".join(words[i:i + per]) for i in range(0, len(words), per)]
+
+
+def _chunk(base: dict[str, Any], choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**base, "choices": choices}
+
+
+def _chat_choice_chunks(base: dict[str, Any], choice: dict[str, Any], pieces: int
+                        ) -> Iterator[dict[str, Any]]:
+    i = choice.get("index", 0)
+    msg = choice.get("message") or {}
+
+    def delta(d: dict[str, Any]) -> dict[str, Any]:
+        return _chunk(base, [{"index": i, "delta": d, "logprobs": None, "finish_reason": None}])
+
+    yield delta({"role": msg.get("role", "assistant"), "content": ""})
+    for key in ("reasoning_content", "reasoning"):
+        for part in split_text(msg.get(key) or "", pieces):
+            yield delta({key: part})
+    for part in split_text(msg.get("content") or "", pieces):
+        yield delta({"content": part})
+    if msg.get("refusal"):
+        yield delta({"refusal": msg["refusal"]})
+    for j, tc in enumerate(msg.get("tool_calls") or ()):
+        fn = tc.get("function") or {}
+        yield delta({"tool_calls": [{"index": j, "id": tc.get("id"), "type": tc.get("type",
+                     "function"), "function": {"name": fn.get("name", ""), "arguments": ""}}]})
+        for part in split_text(fn.get("arguments") or "", max(2, pieces // 2)):
+            yield delta({"tool_calls": [{"index": j, "function": {"arguments": part}}]})
+    if msg.get("function_call"):
+        yield delta({"function_call": msg["function_call"]})
+    yield _chunk(base, [{"index": i, "delta": {}, "logprobs": choice.get("logprobs"),
+                         "finish_reason": choice.get("finish_reason")}])
+
+
+def _text_choice_chunks(base: dict[str, Any], choice: dict[str, Any], pieces: int
+                        ) -> Iterator[dict[str, Any]]:
+    i = choice.get("index", 0)
+    for part in split_text(choice.get("text") or "", pieces):
+        yield _chunk(base, [{"index": i, "text": part, "logprobs": None, "finish_reason": None}])
+    yield _chunk(base, [{"index": i, "text": "", "logprobs": choice.get("logprobs"),
+                         "finish_reason": choice.get("finish_reason")}])
+
+
+def completion_chunks(completion: dict[str, Any], *, include_usage: bool = False,
+                      pieces: int = 8) -> list[dict[str, Any]]:
+    """A stored ``chat.completion`` (or ``text_completion``) as the chunk objects a real stream
+    would carry: a role chunk, content in about ``pieces`` parts (reasoning first, then content,
+    refusal, tool calls with their arguments in parts), a finish chunk per choice, and, when
+    ``include_usage``, a final chunk with ``choices: []`` and the usage."""
+    is_text = completion.get("object") == "text_completion"
+    base = {"id": completion.get("id", ""),
+            "object": "text_completion" if is_text else "chat.completion.chunk",
+            "created": completion.get("created", 0), "model": completion.get("model", "")}
+    if completion.get("system_fingerprint") is not None:
+        base["system_fingerprint"] = completion["system_fingerprint"]
+    out: list[dict[str, Any]] = []
+    for choice in completion.get("choices") or ():
+        gen = _text_choice_chunks if is_text else _chat_choice_chunks
+        out.extend(gen(base, choice, pieces))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": completion.get("usage")})
+    return out
+
+
+def sse_stream(completion: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
+               ) -> Iterator[bytes]:
+    """:func:`completion_chunks` as SSE events, then ``data: [DONE]``."""
+    for chunk in completion_chunks(completion, include_usage=include_usage, pieces=pieces):
+        yield sse_event(chunk)
+    yield DONE

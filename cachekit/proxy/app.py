@@ -1,0 +1,506 @@
+"""The ``cachekit serve`` application: an OpenAI-compatible caching proxy (FastAPI).
+
+HTTP translation only: every caching decision is made by :class:`cachekit.llm.LLMCache` and the
+rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions`` and
+``/v1/embeddings`` are looked up and stored; every other ``/v1/...`` request is passed through
+untouched. See ``docs/proxy.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.background import BackgroundTask
+
+from cachekit.cache import Status
+from cachekit.llm import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    CacheLookup,
+    LLMCache,
+    LLMRequest,
+    RequestError,
+    StreamAssembler,
+    build_cache,
+    cacheable_response,
+    parse_body,
+    prepare,
+    sse_stream,
+)
+from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
+from cachekit.proxy.metrics import ProxyMetrics
+
+__all__ = ["Controls", "Proxy", "app_from_env", "create_app", "parse_controls"]
+
+log = logging.getLogger("cachekit.proxy")
+
+_HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+})
+_UPSTREAM_DROP_RESPONSE = frozenset({*_HOP_BY_HOP, "date", "server", "content-encoding"})
+_NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
+_JSON = "application/json"
+_MEMO_SIZE = 4096         # prepared requests remembered (a pure function of these inputs)
+_MEMO_MAX_BODY = 16_384   # bytes; larger bodies are prepared every time
+
+
+try:  # a faster encoder for answers when installed (the proxy extra installs it)
+    import orjson
+
+    def _dumps(obj: Any) -> bytes:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # integers beyond 64 bits and the like
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _loads(raw: bytes) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return parse_body(raw)  # the standard parser says what is wrong (or accepts it)
+        if not isinstance(body, dict):
+            return parse_body(raw)
+        return body
+
+except ImportError:  # pragma: no cover - depends on the environment
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    _loads = parse_body
+
+
+def error_response(status: int, message: str, *, type: str = "invalid_request_error",
+                   code: str | None = None, param: str | None = None) -> Response:
+    """An OpenAI-style error body with ``status``."""
+    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return Response(_dumps(body), status_code=status, media_type=_JSON)
+
+
+# ---------------------------------------------------------------------- request controls
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What a request's headers ask of the cache."""
+
+    no_cache: bool = False      # skip the lookup, still store
+    no_store: bool = False      # look up, never store
+    only_if_cached: bool = False  # a miss is answered 504, never sent upstream
+    max_age: float | None = None
+    ttl: float | None = None
+    threshold: float | None = None
+    namespace: str = ""
+
+
+_DEFAULT_CONTROLS = Controls()
+
+
+def _number(headers: Mapping[str, str], name: str, low: float, high: float,
+            low_open: bool) -> float | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    ok = (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        raise RequestError(f"header {name} must be a number in "
+                           f"{'(' if low_open else '['}{low:g}, {high:g}], got {raw!r}",
+                           param=name)
+    return value
+
+
+def parse_controls(headers: Mapping[str, str]) -> Controls:
+    """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
+    ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
+    cc = headers.get("cache-control")
+    if cc is None and not any(h in headers for h in (
+            "x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")):
+        return _DEFAULT_CONTROLS
+    no_cache = no_store = only_if_cached = False
+    max_age: float | None = None
+    for part in (cc or "").split(","):
+        directive = part.strip().lower()
+        if directive == "no-cache":
+            no_cache = True
+        elif directive == "no-store":
+            no_store = True
+        elif directive == "only-if-cached":
+            only_if_cached = True
+        elif directive.startswith("max-age="):
+            value = directive[8:].strip().strip('"')
+            if not value.isdigit():
+                raise RequestError(f"Cache-Control max-age must be whole seconds, got {value!r}",
+                                   param="cache-control")
+            max_age = float(value)
+    namespace = headers.get("x-cachekit-namespace", "")
+    if namespace and not _NAMESPACE.fullmatch(namespace):
+        raise RequestError("header x-cachekit-namespace must be 1-64 characters of "
+                           "A-Z a-z 0-9 . _ : -", param="x-cachekit-namespace")
+    return Controls(no_cache, no_store, only_if_cached, max_age,
+                    _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
+                    _number(headers, "x-cachekit-threshold", 0.0, 1.0, True), namespace)
+
+
+def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> dict[str, str]:
+    out = {k: v for k, v in headers.items()
+           if k not in _HOP_BY_HOP and not k.startswith("x-cachekit-")}
+    if identity:  # we parse the answer: ask for it uncompressed
+        out["accept-encoding"] = "identity"
+    return out
+
+
+def _response_headers(headers: httpx.Headers, drop: frozenset[str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in drop}
+
+
+# ---------------------------------------------------------------------- the proxy
+
+
+class Proxy:
+    """The proxy's state and request handling; :func:`create_app` wires it into FastAPI."""
+
+    def __init__(self, config: ProxyConfig, llm: LLMCache | None = None,
+                 embedder: Any = None) -> None:
+        self.config = config
+        settings = config.proxy
+        upstream = settings.upstream.rstrip("/")
+        # "https://api.openai.com/v1" and "https://api.openai.com" both mean the same server.
+        self.upstream = upstream[:-3] if upstream.endswith("/v1") else upstream
+        if llm is None:
+            llm = build_cache(config.cache,
+                              embedder=embedder if embedder is not None
+                              else load_embedder(settings.embedder))
+        self.llm = llm
+        self.tenants = config.cache.tenants()
+        self.prices = config.cache.prices
+        self.metrics = ProxyMetrics()
+        self.client: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._memo: dict[tuple[str, str, str, bytes], LLMRequest] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        s = self.config.proxy
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(s.upstream_timeout, connect=s.connect_timeout),
+            limits=httpx.Limits(max_connections=s.max_connections,
+                                max_keepalive_connections=s.max_connections),
+            follow_redirects=False)
+        if self.llm.semantic_enabled:
+            # Load the model and the shared index before the first request, not during it.
+            await asyncio.to_thread(self.llm.warm, True, 10.0)
+
+    async def stop(self) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+        if self.client is not None:
+            await self.client.aclose()
+        await asyncio.to_thread(self.llm.close)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ cached endpoints
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.proxy.max_body_bytes
+        too_large = RequestError(f"Request body too large: the limit is {limit} bytes.",
+                                 status=413, code="request_too_large")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit():
+            if int(length) > limit:
+                raise too_large
+            return await request.body()
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
+        """:func:`prepare` of the body, remembered for small bodies: a repeated request (what
+        an exact hit is) skips parsing, validation and key hashing. Bad bodies are not kept."""
+        if len(raw) > _MEMO_MAX_BODY:
+            return prepare(endpoint, _loads(raw), tenant, namespace)
+        memo_key = (endpoint, tenant, namespace, raw)
+        req = self._memo.get(memo_key)
+        if req is None:
+            req = prepare(endpoint, _loads(raw), tenant, namespace)
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.pop(next(iter(self._memo)))  # oldest first
+            self._memo[memo_key] = req
+        return req
+
+    async def cached(self, request: Request, endpoint: str) -> Response:
+        t0 = time.perf_counter()
+        label = _ENDPOINT_LABEL[endpoint]
+        try:
+            controls = parse_controls(request.headers)
+            raw = await self._read_body(request)
+            tenant = self.tenants.resolve(request.headers.get("authorization"))
+            req = self._prepare(endpoint, raw, tenant, controls.namespace)
+        except RequestError as exc:
+            self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
+            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
+        if controls.no_cache:
+            outcome = "BYPASS"
+        else:
+            found = await self.llm.alookup(req, max_age=controls.max_age,
+                                           min_similarity=controls.threshold)
+            if found.hit:
+                return self._hit(req, found, label, t0)
+            outcome = "MISS"
+        self.metrics.child(self.metrics.requests, label, outcome).inc()
+        if controls.only_if_cached:
+            return error_response(504, "Not in the cache (Cache-Control: only-if-cached).",
+                                  type="cache_miss", code="not_cached")
+        if req.stream and endpoint != EMBEDDINGS:
+            return await self._stream_miss(request, req, raw, controls, outcome)
+        return await self._miss(request, req, raw, controls, outcome)
+
+    def _hit(self, req: LLMRequest, found: CacheLookup, label: str, t0: float) -> Response:
+        kind = "SEMANTIC_HIT" if found.status is Status.SEMANTIC_HIT else "HIT"
+        response = found.response or {}
+        headers = {"x-cachekit-cache": kind, "age": str(int(found.age or 0))}
+        if found.similarity is not None:
+            headers["x-cachekit-similarity"] = f"{found.similarity:.4f}"
+        usage = response.get("usage")
+        model = str(response.get("model") or req.model)[:80]
+        metrics = self.metrics
+        metrics.child(metrics.requests, label, kind).inc()
+        metrics.saved(model, usage, self.prices.cost(model, usage))
+        metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
+        if req.stream and req.endpoint != EMBEDDINGS:
+            events = sse_stream(response, include_usage=req.include_usage,
+                                pieces=self.config.proxy.stream_pieces)
+            return StreamingResponse(_aiter(events), media_type="text/event-stream",
+                                     headers=headers)
+        return Response(_dumps(response), media_type=_JSON, headers=headers)
+
+    def _upstream_error(self, exc: Exception) -> Response:
+        if isinstance(exc, httpx.TimeoutException):
+            self.metrics.errors.labels("upstream_timeout").inc()
+            return error_response(504, f"The upstream did not answer in time ({exc!r}).",
+                                  type="upstream_error", code="upstream_timeout")
+        self.metrics.errors.labels("upstream_unreachable").inc()
+        return error_response(502, f"The upstream could not be reached ({exc!r}).",
+                              type="upstream_error", code="upstream_unreachable")
+
+    async def _miss(self, request: Request, req: LLMRequest, raw: bytes, controls: Controls,
+                    outcome: str) -> Response:
+        assert self.client is not None
+        url = self.upstream + req.endpoint
+        headers = _forward_headers(request.headers, identity=True)
+        inflight = self.metrics.inflight
+        inflight.enter()
+        t0 = time.perf_counter()
+        try:
+            resp = await self.client.post(url, content=raw, headers=headers)
+        except httpx.HTTPError as exc:
+            return self._upstream_error(exc)
+        finally:
+            inflight.leave()
+            self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
+                time.perf_counter() - t0)
+        out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
+        out["x-cachekit-cache"] = outcome
+        task = None
+        if not controls.no_store:
+            task = BackgroundTask(self._store_answer, req, resp.status_code, resp.content,
+                                  controls.ttl)
+        return Response(resp.content, status_code=resp.status_code, headers=out,
+                        background=task)
+
+    async def _store_answer(self, req: LLMRequest, status: int, content: bytes,
+                            ttl: float | None) -> None:
+        try:
+            body = json.loads(content) if 200 <= status < 300 else None
+        except ValueError:
+            body = None
+        await self._store(req, status, body, ttl)
+
+    async def _store(self, req: LLMRequest, status: int, body: Any, ttl: float | None) -> None:
+        ok, reason = cacheable_response(req.endpoint, status, body,
+                                        cache_length=self.llm.cache_length)
+        if not ok:
+            self.metrics.not_stored.labels(reason.split(" ")[0]).inc()
+            return
+        if await self.llm.astore(req, body, ttl=ttl):
+            self.metrics.stored.inc()
+
+    async def _stream_miss(self, request: Request, req: LLMRequest, raw: bytes,
+                           controls: Controls, outcome: str) -> Response:
+        assert self.client is not None
+        inject = self.config.proxy.stream_usage and not req.include_usage
+        content = raw
+        if inject:
+            so = req.body.get("stream_options") or {}
+            content = _dumps({**req.body, "stream_options": {**so, "include_usage": True}})
+        upstream_req = self.client.build_request(
+            "POST", self.upstream + req.endpoint, content=content,
+            headers=_forward_headers(request.headers, identity=True))
+        inflight = self.metrics.inflight
+        inflight.enter()
+        t0 = time.perf_counter()
+        try:
+            resp = await self.client.send(upstream_req, stream=True)
+        except httpx.HTTPError as exc:
+            inflight.leave()
+            return self._upstream_error(exc)
+        out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
+        out["x-cachekit-cache"] = outcome
+        if not 200 <= resp.status_code < 300:
+            try:
+                data = await resp.aread()
+            except httpx.HTTPError as exc:
+                return self._upstream_error(exc)
+            finally:
+                await resp.aclose()
+                inflight.leave()
+            self.metrics.not_stored.labels("status").inc()
+            return Response(data, status_code=resp.status_code, headers=out)
+        relay = self._relay(req, resp, inject, controls, t0)
+        return StreamingResponse(relay, status_code=resp.status_code, headers=out)
+
+    async def _relay(self, req: LLMRequest, resp: httpx.Response, drop_usage: bool,
+                     controls: Controls, t0: float) -> AsyncIterator[bytes]:
+        """Upstream events to the client as they arrive; the assembled answer is stored only
+        if the stream completed. A broken upstream stream breaks the client's too."""
+        asm = StreamAssembler()
+        finished = False
+        try:
+            async for data in resp.aiter_raw():
+                events = asm.feed_events(data)
+                if drop_usage:
+                    events = [(e, c) for e, c in events if not _usage_only(c)]
+                out = b"".join(e for e, _ in events)
+                if out:
+                    yield out
+            finished = True
+        finally:
+            await resp.aclose()
+            self.metrics.inflight.leave()
+            self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
+                time.perf_counter() - t0)
+            if not finished or not asm.complete:
+                self.metrics.not_stored.labels("incomplete_stream").inc()
+            elif not controls.no_store:
+                self._spawn(self._store(req, 200, asm.result(), controls.ttl))
+
+    # ------------------------------------------------------------------ everything else
+
+    async def passthrough(self, request: Request) -> Response:
+        assert self.client is not None
+        self.metrics.passthrough.inc()
+        url = self.upstream + request.url.path
+        if request.url.query:
+            url += "?" + request.url.query
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        upstream_req = self.client.build_request(
+            request.method, url, headers=_forward_headers(request.headers, identity=False),
+            content=request.stream() if has_body else None)
+        inflight = self.metrics.inflight
+        inflight.enter()
+        try:
+            resp = await self.client.send(upstream_req, stream=True)
+        except httpx.HTTPError as exc:
+            inflight.leave()
+            return self._upstream_error(exc)
+
+        async def close() -> None:
+            await resp.aclose()
+            inflight.leave()
+
+        # Raw bytes, encoding untouched: content-encoding and content-length stay valid.
+        headers = _response_headers(resp.headers, _HOP_BY_HOP - {"content-length"}
+                                    | {"date", "server"})
+        return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
+                                 headers=headers, background=BackgroundTask(close))
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "redis": self.llm.cache.breaker_state,
+                "upstream_in_flight": self.metrics.inflight.now}
+
+
+def _usage_only(chunk: Any) -> bool:
+    return isinstance(chunk, dict) and chunk.get("choices") == [] and bool(chunk.get("usage"))
+
+
+async def _aiter(items: Any) -> AsyncIterator[bytes]:
+    for item in items:
+        yield item
+
+
+def create_app(config: ProxyConfig, *, llm: LLMCache | None = None,
+               embedder: Any = None) -> FastAPI:
+    """The FastAPI app for ``config``. ``llm``: an already built cache (tests, embedding the
+    proxy in another app); ``embedder``: replaces the configured one."""
+    proxy = Proxy(config, llm, embedder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await proxy.start()
+        try:
+            yield
+        finally:
+            await proxy.stop()
+
+    app = FastAPI(title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.proxy = proxy
+
+    @app.post(CHAT)
+    async def chat(request: Request) -> Response:
+        return await proxy.cached(request, CHAT)
+
+    @app.post(COMPLETIONS)
+    async def completions(request: Request) -> Response:
+        return await proxy.cached(request, COMPLETIONS)
+
+    @app.post(EMBEDDINGS)
+    async def embeddings(request: Request) -> Response:
+        return await proxy.cached(request, EMBEDDINGS)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return proxy.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(proxy.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.api_route("/v1/{path:path}",
+                   methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+    async def passthrough(request: Request) -> Response:
+        return await proxy.passthrough(request)
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app for uvicorn worker processes: settings from ``$CACHEKIT_SERVE_CONFIG``."""
+    return create_app(ProxyConfig.from_env(os.environ[ENV_VAR]))

@@ -1,0 +1,123 @@
+"""Settings of ``cachekit serve``: the proxy's own (``[proxy]`` table of the config file, or
+command-line options) and the cache's (:class:`~cachekit.llm.LLMCacheConfig`, top level)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cachekit.llm import LLMCacheConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ProxyConfig", "load_embedder"]
+
+#: Environment variable carrying the settings to uvicorn worker processes.
+ENV_VAR = "CACHEKIT_SERVE_CONFIG"
+
+
+@dataclass
+class ProxySettings:
+    """The ``[proxy]`` table."""
+
+    upstream: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    #: Largest request body accepted on cached endpoints (bytes); larger ones get 413.
+    max_body_bytes: int = 4 * 2**20
+    #: Seconds to connect to the upstream, and to wait for each read from it.
+    connect_timeout: float = 5.0
+    upstream_timeout: float = 600.0
+    max_connections: int = 512
+    #: Parts a cached answer's content is cut into when replayed as a stream.
+    stream_pieces: int = 8
+    #: Ask the upstream for usage on streamed misses (and drop it from the relay when the client
+    #: did not ask), so tokens saved by later hits are known. Off for upstreams that reject
+    #: ``stream_options``.
+    stream_usage: bool = True
+    #: ``module:callable`` returning an embedder; empty: the default model.
+    embedder: str = ""
+    log_level: str = "warning"
+
+
+@dataclass
+class ProxyConfig:
+    """Everything ``cachekit serve`` needs: :attr:`proxy` and :attr:`cache` settings, plus the
+    config file they came from (so worker processes can read it again)."""
+
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    cache: LLMCacheConfig = field(default_factory=LLMCacheConfig)
+    config_file: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, config_file: str | Path | None = None,
+             overrides: Mapping[str, Any] | None = None) -> ProxyConfig:
+        """Settings from ``config_file`` (TOML) with ``overrides`` on top: a flat mapping whose
+        keys are ``ProxySettings`` or ``LLMCacheConfig`` field names (``None`` values skipped)."""
+        data: dict[str, Any] = {}
+        if config_file is not None:
+            with open(config_file, "rb") as f:
+                data = tomllib.load(f)
+        proxy_table = dict(data.get("proxy", {}))
+        proxy_names = {f.name for f in fields(ProxySettings)}
+        unknown = set(proxy_table) - proxy_names
+        if unknown:
+            raise ValueError(f"unknown [proxy] settings: {sorted(unknown)}")
+        clean = {k: v for k, v in (overrides or {}).items() if v is not None}
+        cache_data = {k: v for k, v in data.items() if k != "proxy"}
+        for key, value in clean.items():
+            if key in proxy_names:
+                proxy_table[key] = value
+            elif key == "shared_scope":
+                cache_data["shared_scope"] = {**cache_data.get("shared_scope", {}), **value}
+            else:
+                cache_data[key] = value
+        settings = ProxySettings(**proxy_table)
+        config = cls(settings, LLMCacheConfig.from_mapping(cache_data),
+                     None if config_file is None else str(config_file), dict(clean))
+        config.check()
+        return config
+
+    def check(self) -> None:
+        p = self.proxy
+        if not p.upstream.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http(s) URL, got {p.upstream!r}")
+        if p.max_body_bytes < 1 or p.workers < 1 or p.stream_pieces < 1:
+            raise ValueError("max_body_bytes, workers and stream_pieces must be positive")
+        if p.upstream_timeout <= 0 or p.connect_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+
+    def to_env(self) -> str:
+        """JSON for :data:`ENV_VAR`: the file and the overrides, re-read by each worker."""
+        return json.dumps({"config_file": self.config_file, "overrides": self.overrides})
+
+    @classmethod
+    def from_env(cls, value: str) -> ProxyConfig:
+        data = json.loads(value)
+        return cls.load(data.get("config_file"), data.get("overrides"))
+
+    def describe(self) -> dict[str, Any]:
+        """The proxy settings for logs (no secrets: tenant secret and keys left out)."""
+        return asdict(self.proxy)
+
+
+def load_embedder(spec: str) -> Any:
+    """The embedder named by ``module:callable`` (the callable is called with no arguments),
+    or ``None`` for an empty spec (the default model)."""
+    if not spec:
+        return None
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"embedder must be 'module:callable', got {spec!r}")
+    factory: Callable[[], Any] = getattr(importlib.import_module(module), attr)
+    return factory()

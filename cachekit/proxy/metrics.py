@@ -1,0 +1,131 @@
+"""The proxy's Prometheus metrics (one registry per app).
+
+Besides hits, misses and latencies, the capacity view: upstream requests in flight now, and
+its time average since start. By Little's law (L = lambda W) the average is the request rate to
+the upstream times the mean upstream latency: the concurrency that the provider's rate limits
+and a self-hosted model's batch size are about.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["InFlight", "ProxyMetrics"]
+
+_HIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                1.0)
+_UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                     120.0)
+
+
+class InFlight:
+    """Upstream requests in flight now, and the time average of that count since start (the
+    integral of the count over time divided by the time)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._start = self._last = clock()
+        self._area = 0.0
+        self.now = 0
+
+    def _advance(self) -> None:
+        t = self._clock()
+        self._area += self.now * (t - self._last)
+        self._last = t
+
+    def enter(self) -> None:
+        self._advance()
+        self.now += 1
+
+    def leave(self) -> None:
+        self._advance()
+        self.now -= 1
+
+    def average(self) -> float:
+        self._advance()
+        elapsed = self._last - self._start
+        return self._area / elapsed if elapsed > 0 else float(self.now)
+
+
+class _InFlightCollector(Collector):
+    def __init__(self, inflight: InFlight) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("cachekit_proxy_upstream_in_flight",
+                                "Upstream requests in flight now.", value=self._inflight.now)
+        yield GaugeMetricFamily(
+            "cachekit_proxy_upstream_in_flight_avg",
+            "Time average of upstream requests in flight since start (Little's law L).",
+            value=self._inflight.average())
+
+
+class ProxyMetrics:
+    """Counters and histograms of one proxy process; :meth:`render` gives the exposition text."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "cachekit_proxy_requests", "Requests to cached endpoints by cache outcome.",
+            ["endpoint", "cache"], registry=r)
+        self.passthrough = Counter(
+            "cachekit_proxy_passthrough_requests", "Requests passed through uncached.",
+            registry=r)
+        self.errors = Counter(
+            "cachekit_proxy_errors", "Requests answered with an error by the proxy itself.",
+            ["reason"], registry=r)
+        self.stored = Counter(
+            "cachekit_proxy_stored", "Upstream answers stored.", registry=r)
+        self.not_stored = Counter(
+            "cachekit_proxy_not_stored", "Upstream answers not stored, by reason.",
+            ["reason"], registry=r)
+        self.hit_latency = Histogram(
+            "cachekit_proxy_hit_latency_seconds", "Time to answer a cache hit.", ["kind"],
+            buckets=_HIT_BUCKETS, registry=r)
+        self.upstream_latency = Histogram(
+            "cachekit_proxy_upstream_latency_seconds",
+            "Upstream call time (to the last byte of the answer).", ["endpoint"],
+            buckets=_UPSTREAM_BUCKETS, registry=r)
+        self.tokens_saved = Counter(
+            "cachekit_proxy_tokens_saved", "Tokens not requested from the upstream thanks to hits.",
+            ["model", "type"], registry=r)
+        self.dollars_saved = Counter(
+            "cachekit_proxy_dollars_saved", "List-price dollars not spent thanks to hits.",
+            ["model"], registry=r)
+        self.unpriced_hits = Counter(
+            "cachekit_proxy_unpriced_hits", "Hits whose model or usage has no known price.",
+            ["model"], registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self.inflight = InFlight()
+        r.register(_InFlightCollector(self.inflight))
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: resolving labels costs more than counting."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) > 10_000:  # unbounded model names must not grow memory
+                self._children.clear()
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def saved(self, model: str, usage: Any, dollars: float | None) -> None:
+        if isinstance(usage, dict):
+            for kind, label in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+                n = usage.get(kind)
+                if isinstance(n, int) and n > 0:
+                    self.child(self.tokens_saved, model, label).inc(n)
+        if dollars is None:
+            self.child(self.unpriced_hits, model).inc()
+        else:
+            self.child(self.dollars_saved, model).inc(dollars)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,73 @@
+"""``cachekit serve``: the command-line options and running the app under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from cachekit.proxy.config import ENV_VAR, ProxyConfig
+
+__all__ = ["add_arguments", "config_from_args", "serve"]
+
+
+def _shared_scope(value: str) -> tuple[str, list[str]]:
+    name, sep, keys = value.partition("=")
+    items = [k.strip() for k in keys.split(",") if k.strip()]
+    if not sep or not name or not items:
+        raise argparse.ArgumentTypeError(
+            f"--shared-scope takes GROUP=KEY[,KEY...], got {value!r}")
+    return name, items
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``cachekit serve`` (each overrides the config file)."""
+    a = parser.add_argument
+    a("--upstream", help="OpenAI-compatible server to forward to, e.g. https://api.openai.com")
+    a("--host", help="address to listen on (default 127.0.0.1)")
+    a("--port", type=int, help="port to listen on (default 8080)")
+    redis = parser.add_mutually_exclusive_group()
+    redis.add_argument("--redis-url", help="share entries through this Redis")
+    redis.add_argument("--redis-cluster-url", help="share entries through this Redis Cluster")
+    a("--threshold", type=float, help="semantic similarity bar in (0, 1] (default: library's)")
+    a("--namespace", help="cache namespace (default llm)")
+    a("--ttl", type=float, help="seconds an entry lives (default 3600)")
+    a("--no-semantic", action="store_true", help="exact hits only (no embedding model)")
+    a("--config", help="TOML file: cache settings at top level, proxy settings in [proxy]")
+    a("--workers", type=int, help="uvicorn worker processes (default 1)")
+    a("--shared-scope", action="append", type=_shared_scope, metavar="GROUP=KEY[,KEY...]",
+      help="API keys (or sha256: fingerprints) that share one tenant; repeatable")
+    a("--max-body-bytes", type=int, help="larger request bodies get 413 (default 4 MiB)")
+    a("--upstream-timeout", type=float, help="seconds to wait for each upstream read")
+    a("--embedder", help="module:callable returning the embedder (default: the bundled model)")
+    a("--log-level", help="uvicorn log level (default warning)")
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    overrides: dict[str, Any] = {
+        "upstream": args.upstream, "host": args.host, "port": args.port,
+        "redis_url": args.redis_url, "redis_cluster_url": args.redis_cluster_url,
+        "threshold": args.threshold, "namespace": args.namespace, "ttl": args.ttl,
+        "workers": args.workers, "max_body_bytes": args.max_body_bytes,
+        "upstream_timeout": args.upstream_timeout, "embedder": args.embedder,
+        "log_level": args.log_level,
+    }
+    if args.no_semantic:
+        overrides["semantic"] = False
+    if args.shared_scope:
+        overrides["shared_scope"] = dict(args.shared_scope)
+    return ProxyConfig.load(args.config, overrides)
+
+
+def serve(config: ProxyConfig) -> int:
+    """Run the proxy until interrupted. Worker processes rebuild the app from the settings."""
+    import uvicorn
+
+    s = config.proxy
+    logging.basicConfig(level=s.log_level.upper())
+    os.environ[ENV_VAR] = config.to_env()
+    uvicorn.run("cachekit.proxy.app:app_from_env", factory=True, host=s.host, port=s.port,
+                workers=s.workers, log_level=s.log_level, access_log=False,
+                timeout_graceful_shutdown=10)
+    return 0

@@ -1,0 +1,327 @@
+"""Reading request logs: OpenAI Batch API files, or one JSONL of request/response records.
+
+A line that cannot be replayed is skipped and accounted for (:class:`Skipped`), never raised
+and never dropped silently: a report that quietly ignores a tenth of the log would overstate
+or understate everything it says.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FIRST_LINES_KEPT",
+    "LogRecord",
+    "ParsedLog",
+    "Skipped",
+    "field_at",
+    "read_batch",
+    "read_log",
+    "read_records",
+]
+
+#: How many line numbers are kept per skip reason (the count is always complete).
+FIRST_LINES_KEPT = 5
+
+# Skip reasons, as they appear in the report.
+NOT_JSON = "not_json"
+MISSING_FIELD = "missing_field"
+UNKNOWN_ENDPOINT = "unknown_endpoint"
+OUTPUT_WITHOUT_INPUT = "output_without_input"
+INPUT_WITHOUT_OUTPUT = "input_without_output"
+DUPLICATE_ID = "duplicate_custom_id"
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """One replayable request with the response the upstream gave it."""
+
+    line: int  # 1-based line number in the input file
+    custom_id: str
+    url: str
+    request: dict[str, Any]  # the request body
+    response: Any  # the response body as logged (a completion, stream chunks, or an error)
+    status_code: int
+    latency_ms: float | None
+    timestamp: float | None  # seconds since the epoch
+    tenant: str | None
+
+
+@dataclass
+class Skipped:
+    """Lines left out, by reason: a complete count and the first line numbers of each."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    first_lines: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reason: str, where: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        lines = self.first_lines.setdefault(reason, [])
+        if len(lines) < FIRST_LINES_KEPT:
+            lines.append(where)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass
+class ParsedLog:
+    records: list[LogRecord]
+    skipped: Skipped
+    input_format: str  # "batch" or "records"
+
+
+class _Bad(Exception):
+    """A line that cannot be replayed; ``reason`` is one of the skip reasons."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+
+
+def field_at(obj: Any, path: str) -> Any:
+    """The value at a dotted ``path`` (``metadata.tenant``) in nested dicts, or None."""
+    for part in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line_number, parsed)`` for each non-blank line; a line that is not JSON yields an
+    exception instance in place of the value."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                yield number, _Bad(NOT_JSON, str(exc))
+
+
+def _require(obj: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if value is None or not isinstance(value, kind) or isinstance(value, bool):
+        raise _Bad(MISSING_FIELD, key)
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    out = float(value)
+    return out if math.isfinite(out) else None
+
+
+def parse_timestamp(value: Any) -> float | None:
+    """Seconds since the epoch from a number (seconds, or milliseconds when it is too large to
+    be seconds) or an ISO 8601 string; None when absent or unreadable."""
+    number = _number(value)
+    if number is not None:
+        return number / 1000.0 if number > 1e11 else number
+    if isinstance(value, str) and value:
+        try:
+            parsed = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=_dt.timezone.utc)
+        return parsed.timestamp()
+    return None
+
+
+def _tenant(tenant_field: str, *sources: Any) -> str | None:
+    for source in sources:
+        value = field_at(source, tenant_field)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _split_response(resp: Any) -> tuple[int, Any]:
+    """``(status_code, body)`` of a logged response: either ``{"status_code", "body"}`` (the
+    Batch API's shape) or the body itself (status 200)."""
+    if isinstance(resp, dict) and "status_code" in resp:
+        status = resp.get("status_code")
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise _Bad(MISSING_FIELD, "response.status_code")
+        return status, resp.get("body")
+    return 200, resp
+
+
+def read_batch(
+    input_path: Path,
+    output_path: Path,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    tenant_field: str = "metadata.tenant",
+) -> ParsedLog:
+    """Join an OpenAI Batch API input file with its output file by ``custom_id``.
+
+    Records come out in input order (the order requests were submitted in)."""
+    skipped = Skipped()
+    responses: dict[str, tuple[int, Any, float | None, float | None]] = {}
+    for number, obj in _json_lines(output_path):
+        where = f"{output_path.name}:{number}"
+        try:
+            if isinstance(obj, _Bad):
+                raise obj
+            cid = _require(obj, "custom_id", str)
+            status, body = _split_response(_require(obj, "response", dict))
+            if body is None:
+                raise _Bad(MISSING_FIELD, "response.body")
+            latency = _number(obj.get("latency_ms"))
+            stamp = parse_timestamp(obj.get("timestamp"))
+        except _Bad as bad:
+            skipped.add(bad.reason, where)
+            continue
+        if cid in responses:
+            skipped.add(DUPLICATE_ID, where)
+            continue
+        responses[cid] = (status, body, latency, stamp)
+
+    records: list[LogRecord] = []
+    seen: set[str] = set()
+    for number, obj in _json_lines(input_path):
+        where = f"{input_path.name}:{number}"
+        try:
+            if isinstance(obj, _Bad):
+                raise obj
+            cid = _require(obj, "custom_id", str)
+            url = _require(obj, "url", str)
+            body = _require(obj, "body", dict)
+            if not endpoint_ok(url):
+                raise _Bad(UNKNOWN_ENDPOINT, url)
+            if cid in seen:
+                raise _Bad(DUPLICATE_ID, cid)
+            seen.add(cid)
+            if cid not in responses:
+                raise _Bad(INPUT_WITHOUT_OUTPUT, cid)
+        except _Bad as bad:
+            skipped.add(bad.reason, where)
+            continue
+        status, resp, latency, stamp = responses[cid]
+        records.append(LogRecord(
+            line=number, custom_id=cid, url=url, request=body, response=resp,
+            status_code=status, latency_ms=latency, timestamp=stamp,
+            tenant=_tenant(tenant_field, obj, body),
+        ))
+    _account_orphans(output_path, responses, seen, skipped)
+    return ParsedLog(records, skipped, "batch")
+
+
+def _account_orphans(output_path: Path, responses: dict[str, Any], seen: set[str],
+                     skipped: Skipped) -> None:
+    orphans = [cid for cid in responses if cid not in seen]
+    if not orphans:
+        return
+    # Output line numbers of orphans are not kept through the join; a second cheap pass finds
+    # them, only when there are any.
+    wanted = set(orphans)
+    for number, obj in _json_lines(output_path):
+        if isinstance(obj, dict) and obj.get("custom_id") in wanted:
+            skipped.add(OUTPUT_WITHOUT_INPUT, f"{output_path.name}:{number}")
+            wanted.discard(obj["custom_id"])
+
+
+def _record(number: int, obj: Any, *, endpoint_ok: Callable[[str], bool], default_url: str,
+            tenant_field: str) -> LogRecord:
+    if isinstance(obj, _Bad):
+        raise obj
+    request = _require(obj, "request", dict)
+    url = default_url
+    body = request
+    # The request may be logged as the body alone or wrapped Batch-style with url/body.
+    if isinstance(request.get("body"), dict):
+        body = request["body"]
+        url = request.get("url") if isinstance(request.get("url"), str) else default_url
+    url = obj.get("url") if isinstance(obj.get("url"), str) else url
+    if not endpoint_ok(url):
+        raise _Bad(UNKNOWN_ENDPOINT, url)
+    if "response" not in obj or obj["response"] is None:
+        raise _Bad(MISSING_FIELD, "response")
+    status, resp = _split_response(obj["response"])
+    if resp is None:
+        raise _Bad(MISSING_FIELD, "response.body")
+    cid = obj.get("custom_id") or obj.get("id")
+    return LogRecord(
+        line=number, custom_id=str(cid) if cid is not None else f"line-{number}", url=url,
+        request=body, response=resp, status_code=status,
+        latency_ms=_number(obj.get("latency_ms")), timestamp=parse_timestamp(obj.get("timestamp")),
+        tenant=_tenant(tenant_field, obj, request, body),
+    )
+
+
+def read_records(
+    path: Path,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    default_url: str = "/v1/chat/completions",
+    tenant_field: str = "metadata.tenant",
+) -> ParsedLog:
+    """Read one JSONL of ``{"request", "response", "latency_ms", "timestamp"}`` records."""
+    skipped = Skipped()
+    records: list[LogRecord] = []
+    seen: set[str] = set()
+    for number, obj in _json_lines(path):
+        try:
+            rec = _record(number, obj, endpoint_ok=endpoint_ok, default_url=default_url,
+                          tenant_field=tenant_field)
+            if rec.custom_id in seen:
+                raise _Bad(DUPLICATE_ID, rec.custom_id)
+        except _Bad as bad:
+            skipped.add(bad.reason, f"{path.name}:{number}")
+            continue
+        seen.add(rec.custom_id)
+        records.append(rec)
+    return ParsedLog(records, skipped, "records")
+
+
+def _looks_like_batch_input(path: Path) -> bool:
+    for _, obj in _json_lines(path):
+        if isinstance(obj, dict):
+            return "custom_id" in obj and "body" in obj and "request" not in obj
+    return False
+
+
+def read_log(
+    input_path: str | Path,
+    outputs_path: str | Path | None = None,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    tenant_field: str = "metadata.tenant",
+) -> ParsedLog:
+    """Read either format: a Batch API input file with ``outputs_path``, or a records file.
+
+    A Batch API input given without its output file is a usage error (its responses are in the
+    other file), reported as such rather than as thousands of skipped lines."""
+    inp = Path(input_path)
+    if outputs_path is not None:
+        return read_batch(inp, Path(outputs_path), endpoint_ok=endpoint_ok,
+                          tenant_field=tenant_field)
+    if _looks_like_batch_input(inp):
+        raise ValueError(
+            f"{inp} looks like an OpenAI Batch API input file: pass its output file with "
+            "--outputs OUTPUT.jsonl"
+        )
+    return read_records(inp, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
+
+
+def iter_texts(records: Iterable[LogRecord], text_of: Callable[[LogRecord], str | None]
+               ) -> list[str]:
+    """The distinct non-empty texts of ``records`` in first-seen order."""
+    seen: dict[str, None] = {}
+    for rec in records:
+        text = text_of(rec)
+        if text:
+            seen.setdefault(text, None)
+    return list(seen)

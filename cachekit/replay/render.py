@@ -1,0 +1,152 @@
+"""The terminal view of a replay report (rich tables)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cachekit.replay.capacity import Side
+from cachekit.replay.report import Report
+
+__all__ = ["fmt_money", "fmt_pct", "print_report", "sweep_rows"]
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100.0 * x:.1f}%"
+
+
+def fmt_money(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.4f}"
+
+
+def _num(x: float | None, spec: str = ",.1f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{unit}"
+
+
+def summary_rows(r: Report) -> list[tuple[str, str]]:
+    d = r.to_dict(with_sweep=False)
+    rows = [
+        ("Requests", f"{r.requests:,}"),
+        ("Exact hits", f"{r.exact_hits:,}"),
+        ("Semantic hits", f"{r.semantic_hits:,}"),
+        ("Misses", f"{r.misses:,}"),
+        ("Hit rate", fmt_pct(r.hit_rate)),
+        ("Tokens saved (prompt / completion)",
+         f"{r.prompt_tokens_saved:,} / {r.completion_tokens_saved:,}"),
+        ("Dollars saved", fmt_money(d["dollars_saved"]["total"])),
+    ]
+    rows += [(f"  {model}", fmt_money(v)) for model, v in d["dollars_saved"]["by_model"].items()]
+    rows += [
+        ("Upstream latency saved", f"{r.latency_saved_s:,.1f} s"),
+        ("Cache overhead p50 / p99",
+         f"{_num(r.overhead_ms['p50'], '.3f')} / {_num(r.overhead_ms['p99'], '.3f')} ms"),
+    ]
+    if r.embed_ms is not None:
+        rows.append(("  of which one-text embedding", f"{r.embed_ms:.3f} ms"))
+    if r.judged:
+        rows += [
+            ("Correct / wrong hits", f"{r.correct_hits:,} / {r.wrong_hits:,}"),
+            ("Semantic precision", fmt_pct(r.semantic_precision)),
+            ("Net dollars saved", fmt_money(d["net_dollars_saved"]["total"])),
+        ]
+    return rows
+
+
+def capacity_rows(r: Report) -> list[tuple[str, str, str]]:
+    cap = r.capacity
+    a, b = cap.without_cache, cap.with_cache
+
+    def row(label: str, f: Any) -> tuple[str, str, str]:
+        return label, f(a), f(b)
+
+    def lat(s: Side, p: str) -> str:
+        return "saturated" if s.saturated else _num(s.latency_ms[p], ",.0f", " ms")
+
+    return [
+        row("Upstream requests/s", lambda s: _num(s.upstream_rps, ",.2f")),
+        row("Mean upstream latency", lambda s: _num(s.mean_upstream_latency_s, ",.3f", " s")),
+        row("In flight (L = lambda W)", lambda s: _num(s.in_flight, ",.2f")),
+        row("Utilisation", lambda s: fmt_pct(s.utilisation)),
+        row("End-to-end p50", lambda s: lat(s, "p50")),
+        row("End-to-end p99", lambda s: lat(s, "p99")),
+        row("Concurrency needed (knee)", lambda s: _num(s.concurrency_needed, ",d")),
+        row("Headroom to the knee", lambda s: _num(s.headroom_x, ",.2f", "x")),
+    ]
+
+
+def sweep_rows(r: Report) -> list[list[str]]:
+    rows = []
+    for p in r.sweep:
+        d = p.to_dict(with_sweep=False)
+        rows.append([
+            f"{p.threshold:.2f}" if p.threshold is not None else "-",
+            fmt_pct(p.hit_rate), f"{p.semantic_hits:,}",
+            "-" if p.wrong_hits is None else f"{p.wrong_hits:,}",
+            fmt_pct(p.wrong_hit_rate), fmt_pct(p.semantic_precision),
+            fmt_money(d["dollars_saved"]["total"]),
+            fmt_money(d["net_dollars_saved"]["total"]) if p.judged else "-",
+            _num(p.capacity.with_cache.latency_ms["p99"], ",.0f", " ms"),
+        ])
+    return rows
+
+
+SWEEP_HEADER = ["Threshold", "Hit rate", "Semantic hits", "Wrong hits", "Wrong-hit rate",
+                "Sem. precision", "Dollars saved", "Net dollars", "p99 with cache"]
+
+
+#: Columns used when the output is not a terminal (a file or a pipe has no width of its own, and
+#: rich's default of 80 truncates the sweep table).
+PIPE_WIDTH = 160
+
+
+def print_report(r: Report, console: Console | None = None, *, title: str = "") -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=PIPE_WIDTH)
+    t = Table(title=title or f"cachekit replay ({r.policy}; prices {r.prices})",
+              show_header=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    for label, value in summary_rows(r):
+        t.add_row(label, value)
+    console.print(t)
+
+    cap = r.capacity
+    c = Table(title=f"Capacity (rate {_num(cap.rate_rps, ',.2f')} req/s from "
+                    f"{cap.rate_source or 'nowhere: pass --rate'}; upstream concurrency "
+                    f"{cap.upstream_concurrency if cap.upstream_concurrency else 'unlimited'})")
+    for col in ("", "Without cache", "With cache"):
+        c.add_column(col, justify="right" if col else "left")
+    for row in capacity_rows(r):
+        c.add_row(*row)
+    console.print(c)
+    if cap.concurrency_saved is not None:
+        console.print(f"Upstream concurrency needed falls by {fmt_pct(cap.concurrency_saved)}.")
+
+    if r.skipped.counts:
+        s = Table(title="Skipped lines")
+        for col in ("Reason", "Count", "First lines"):
+            s.add_column(col)
+        for reason, n in sorted(r.skipped.counts.items()):
+            s.add_row(reason, f"{n:,}", ", ".join(r.skipped.first_lines.get(reason, [])))
+        console.print(s)
+
+    if r.wrong_sample:
+        w = Table(title="Wrong hits (sample)")
+        for col in ("Request", "Similarity", "Its text", "Served text (from)"):
+            w.add_column(col, overflow="fold")
+        for h in r.wrong_sample:
+            w.add_row(h.custom_id, _num(h.similarity, ".3f"), h.text,
+                      f"{h.served_text} ({h.served_custom_id})")
+        console.print(w)
+
+    if r.sweep:
+        sw = Table(title=f"Sweep ({r.policy.split(':')[0]})")
+        for col in SWEEP_HEADER:
+            sw.add_column(col, justify="right")
+        for cells in sweep_rows(r):
+            sw.add_row(*cells)
+        console.print(sw)

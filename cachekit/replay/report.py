@@ -1,0 +1,232 @@
+"""The replay report: what the cache would have done, and its JSON contract.
+
+Every field of :meth:`Report.to_dict` is documented in ``docs/replay.md``; the field set is a
+contract (scripts read it), so add to it only with the docs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cachekit.llm.prices import PriceTable
+from cachekit.replay.capacity import Capacity, capacity_report
+from cachekit.replay.logs import LogRecord, Skipped
+from cachekit.replay.truth import Truth
+
+__all__ = ["EXACT", "MISS", "SEMANTIC", "Outcome", "Report", "WrongHit", "build_report"]
+
+EXACT, SEMANTIC, MISS = "exact", "semantic", "miss"
+WRONG_SAMPLE_SIZE = 10
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the cache did with one request."""
+
+    status: str  # EXACT, SEMANTIC or MISS (a lookup error is a miss, as in production)
+    overhead_ms: float  # the cache's own time for this request (lookup, and store on a miss)
+    served_by: int | None = None  # index of the request whose stored entry answered
+    similarity: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WrongHit:
+    custom_id: str
+    text: str
+    served_custom_id: str
+    served_text: str
+    status: str
+    similarity: float | None
+
+
+@dataclass
+class Report:
+    requests: int
+    exact_hits: int
+    semantic_hits: int
+    misses: int
+    prompt_tokens_saved: int
+    completion_tokens_saved: int
+    dollars_by_model: dict[str, float | None]
+    prices: str
+    latency_saved_s: float
+    overhead_ms: dict[str, float | None]
+    skipped: Skipped
+    capacity: Capacity
+    policy: str
+    threshold: float | None = None
+    correct_hits: int | None = None
+    wrong_hits: int | None = None
+    semantic_precision: float | None = None
+    net_dollars_by_model: dict[str, float | None] | None = None
+    wrong_sample: list[WrongHit] = field(default_factory=list)
+    sweep: list[Report] = field(default_factory=list)
+    #: The one-text embedding time included in ``overhead_ms`` where a request embeds.
+    embed_ms: float | None = None
+
+    @property
+    def hits(self) -> int:
+        return self.exact_hits + self.semantic_hits
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.requests if self.requests else 0.0
+
+    @property
+    def judged(self) -> bool:
+        return self.correct_hits is not None
+
+    @property
+    def wrong_hit_rate(self) -> float | None:
+        """Wrong hits per request (the x axis of the sweep curves)."""
+        if self.wrong_hits is None or not self.requests:
+            return None
+        return self.wrong_hits / self.requests
+
+    def to_dict(self, *, with_sweep: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "requests": self.requests,
+            "hits": {"exact": self.exact_hits, "semantic": self.semantic_hits},
+            "misses": self.misses,
+            "hit_rate": self.hit_rate,
+            "tokens_saved": {"prompt": self.prompt_tokens_saved,
+                             "completion": self.completion_tokens_saved},
+            "dollars_saved": _dollars(self.dollars_by_model, self.prices),
+            "latency_saved_s": self.latency_saved_s,
+            "overhead_ms": dict(self.overhead_ms),
+            "skipped": dict(self.skipped.counts),
+            "capacity": self.capacity.to_dict(),
+        }
+        if self.judged:
+            out["correct_hits"] = self.correct_hits
+            out["wrong_hits"] = self.wrong_hits
+            out["semantic_precision"] = self.semantic_precision
+            out["net_dollars_saved"] = _dollars(self.net_dollars_by_model or {}, self.prices)
+        if self.threshold is not None and not with_sweep:
+            out["threshold"] = self.threshold
+        if with_sweep and self.sweep:
+            out["sweep"] = [point.to_dict(with_sweep=False) for point in self.sweep]
+        return out
+
+
+def _dollars(by_model: dict[str, float | None], prices: str) -> dict[str, Any]:
+    known = [v for v in by_model.values() if v is not None]
+    return {
+        "total": math.fsum(known),
+        "by_model": dict(sorted(by_model.items())),
+        "prices": prices,
+        "unpriced_models": sorted(m for m, v in by_model.items() if v is None),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt: int
+    completion: int
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None}
+    arr = np.asarray(values, dtype=np.float64)
+    return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99))}
+
+
+def _judge(records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Sequence[str],
+           truth: Truth) -> tuple[int, int, float | None, list[bool], list[WrongHit]]:
+    """``(correct, wrong, semantic precision, correct flags, wrong sample)``; hits with no truth
+    line on either side are left unjudged (neither correct nor wrong)."""
+    correct = wrong = sem_correct = sem_judged = 0
+    flags = [False] * len(records)
+    sample: list[WrongHit] = []
+    for i, (rec, out) in enumerate(zip(records, outcomes, strict=True)):
+        if out.served_by is None or out.status == MISS:
+            continue
+        src = records[out.served_by]
+        verdict = truth.same_answer(rec.custom_id, src.custom_id)
+        if verdict is None:
+            continue
+        if out.status == SEMANTIC:
+            sem_judged += 1
+            sem_correct += verdict
+        if verdict:
+            correct += 1
+            flags[i] = True
+            continue
+        wrong += 1
+        if len(sample) < WRONG_SAMPLE_SIZE:
+            sample.append(WrongHit(rec.custom_id, texts[i], src.custom_id, texts[out.served_by],
+                                   out.status, out.similarity))
+    precision = sem_correct / sem_judged if sem_judged else None
+    return correct, wrong, precision, flags, sample
+
+
+def build_report(
+    records: Sequence[LogRecord],
+    outcomes: Sequence[Outcome],
+    *,
+    usage: Sequence[Usage],
+    models: Sequence[str],
+    texts: Sequence[str],
+    prices: PriceTable,
+    prices_label: str,
+    skipped: Skipped,
+    policy: str,
+    truth: Truth | None = None,
+    rate: float | None = None,
+    rate_source: str | None = None,
+    upstream_concurrency: int | None = None,
+    threshold: float | None = None,
+) -> Report:
+    """Aggregate per-request outcomes into a :class:`Report`."""
+    hit = [o.status != MISS for o in outcomes]
+    dollars = _money(hit, usage, models, prices)
+    report = Report(
+        requests=len(records),
+        exact_hits=sum(o.status == EXACT for o in outcomes),
+        semantic_hits=sum(o.status == SEMANTIC for o in outcomes),
+        misses=sum(o.status == MISS for o in outcomes),
+        prompt_tokens_saved=sum(u.prompt for u, h in zip(usage, hit, strict=True) if h),
+        completion_tokens_saved=sum(u.completion for u, h in zip(usage, hit, strict=True) if h),
+        dollars_by_model=dollars,
+        prices=prices_label,
+        latency_saved_s=math.fsum(r.latency_ms for r, h in zip(records, hit, strict=True)
+                                  if h and r.latency_ms is not None) / 1000.0,
+        overhead_ms=_percentiles([o.overhead_ms for o in outcomes]),
+        skipped=skipped,
+        capacity=capacity_report(
+            latency_ms=[r.latency_ms for r in records], hit=hit,
+            overhead_ms=[o.overhead_ms for o in outcomes], rate=rate, rate_source=rate_source,
+            upstream_concurrency=upstream_concurrency,
+        ),
+        policy=policy,
+        threshold=threshold,
+    )
+    if truth is not None:
+        correct, wrong, precision, flags, sample = _judge(records, outcomes, texts, truth)
+        report.correct_hits, report.wrong_hits = correct, wrong
+        report.semantic_precision = precision
+        report.net_dollars_by_model = _money(flags, usage, models, prices)
+        report.wrong_sample = sample
+    return report
+
+
+def _money(counted: Sequence[bool], usage: Sequence[Usage], models: Sequence[str],
+           prices: PriceTable) -> dict[str, float | None]:
+    """Dollars per model over the requests flagged in ``counted``; None for a model with no
+    price (its tokens still count)."""
+    out: dict[str, float | None] = {}
+    for flag, u, model in zip(counted, usage, models, strict=True):
+        if model not in out:
+            out[model] = 0.0 if prices.price(model) is not None else None
+        if flag:
+            usage_ = {"prompt_tokens": u.prompt, "completion_tokens": u.completion}
+            cost = prices.cost(model, usage_)
+            if cost is not None:
+                out[model] = (out[model] or 0.0) + cost
+    return out

@@ -1,0 +1,66 @@
+"""``cachekit serve`` settings: config file, command-line overrides, bad values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachekit.cli import build_parser
+from cachekit.proxy.config import ProxyConfig, load_embedder
+from cachekit.proxy.server import config_from_args
+from cachekit.semantic.testing import DeterministicTestEmbedder
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "ck.toml"
+    f.write_text('namespace = "prod"\nthreshold = 0.9\n[shared_scope]\nteam = ["sk-a"]\n'
+                 '[proxy]\nupstream = "http://up:1"\nport = 9000\nworkers = 2\n')
+    args = build_parser().parse_args([
+        "serve", "--config", str(f), "--port", "9100", "--threshold", "0.95",
+        "--shared-scope", "ops=sk-b,sk-c", "--no-semantic"])
+    config = config_from_args(args)
+    assert (config.proxy.upstream, config.proxy.port, config.proxy.workers) == (
+        "http://up:1", 9100, 2)
+    assert (config.cache.namespace, config.cache.threshold) == ("prod", 0.95)
+    assert config.cache.semantic is False
+    tenants = config.cache.tenants()
+    assert tenants.resolve("Bearer sk-a") == "group:team"
+    assert tenants.resolve("Bearer sk-c") == "group:ops"
+    # Worker processes rebuild the same settings from the environment.
+    again = ProxyConfig.from_env(config.to_env())
+    assert again.proxy == config.proxy and again.cache.threshold == 0.95
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('[proxy]\nupstream = "ftp://x"\n', "upstream"),
+    ('[proxy]\nupstream = "http://x"\nprot = 1\n', "prot"),
+    ('threshhold = 0.9\n[proxy]\nupstream = "http://x"\n', "threshhold"),
+    ('threshold = 1.5\n[proxy]\nupstream = "http://x"\n', "threshold"),
+])
+def test_bad_settings_are_refused(tmp_path: Path, text: str, match: str) -> None:
+    f = tmp_path / "ck.toml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        ProxyConfig.load(f)
+
+
+def test_bad_shared_scope_option() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--shared-scope", "nokeys"])
+
+
+def test_cli_reports_bad_settings_without_a_traceback() -> None:
+    out = subprocess.run([sys.executable, "-m", "cachekit", "serve"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "upstream" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_load_embedder() -> None:
+    assert load_embedder("") is None
+    emb = load_embedder("cachekit.semantic.testing:DeterministicTestEmbedder")
+    assert isinstance(emb, DeterministicTestEmbedder)
+    with pytest.raises(ValueError):
+        load_embedder("no-colon")

@@ -1,0 +1,162 @@
+"""``cachekit serve`` replicas on one real Redis, Redis stopped under load, and the real
+embedding model end to end."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_py
+from test_proxy import (
+    PARAPHRASE,
+    ProxyProcess,
+    cached,
+    chat,
+    make_client,
+    upstream_calls,
+    wait_cached,
+)
+
+from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.testing import wait_until
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream()
+    server = UpstreamServer(fake).start()
+    fake.url = server.url  # type: ignore[attr-defined]
+    try:
+        yield fake
+    finally:
+        server.stop()
+
+
+def test_two_replicas_share_exact_and_semantic_entries(redis_server: Any,
+                                                       upstream: FakeUpstream) -> None:
+    url = upstream.url  # type: ignore[attr-defined]
+    a = ProxyProcess(url, "--redis-url", redis_server.url).start()
+    b = ProxyProcess(url, "--redis-url", redis_server.url, script=True).start()
+    key = f"sk-secret-{uuid.uuid4().hex}"
+    ca, cb = make_client(a, key), make_client(b, key)
+    try:
+        first, h = chat(ca, PARAPHRASE[0])
+        assert h["x-cachekit-cache"] == "MISS"
+        wait_cached(a, key, PARAPHRASE[0])
+        got, h = chat(cb, PARAPHRASE[0])
+        assert h["x-cachekit-cache"] == "HIT"
+        assert got.choices[0].message.content == first.choices[0].message.content
+        # The paraphrase answered by A is a semantic hit on B once B's index has it.
+        wait_until(lambda: cached(b, key, PARAPHRASE[1]).status_code == 200, timeout=5.0)
+        para, h = chat(cb, PARAPHRASE[1])
+        assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
+        assert para.choices[0].message.content == first.choices[0].message.content
+        assert upstream_calls(upstream, key) == 1
+        # The API key is never stored in clear, in keys or values.
+        r = redis_py.Redis.from_url(redis_server.url)
+        stored = list(r.scan_iter(count=1000))
+        assert stored
+        blobs = [k for k in stored]
+        for k in stored:
+            kind = r.type(k)
+            if kind == b"string":
+                blobs.append(r.get(k) or b"")
+            elif kind == b"hash":
+                blobs.extend(r.hgetall(k).values())
+        assert not any(key.encode() in blob for blob in blobs)
+        r.close()
+    finally:
+        ca.close()
+        cb.close()
+        a.stop()
+        b.stop()
+
+
+def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any,
+                                               upstream: FakeUpstream) -> None:
+    p = ProxyProcess(upstream.url, "--redis-url", redis_server.url).start()  # type: ignore
+    key = f"sk-load-{uuid.uuid4().hex}"
+    statuses: list[int] = []
+    lock = threading.Lock()
+    half = threading.Event()
+
+    def worker(w: int) -> None:
+        with httpx.Client(timeout=20.0) as client:
+            for i in range(30):
+                body = {"model": "gpt-4o-mini",
+                        "messages": [{"role": "user", "content": f"question {w} {i % 5}"}]}
+                r = client.post(p.url + "/v1/chat/completions", json=body,
+                                headers={"authorization": f"Bearer {key}"})
+                with lock:
+                    statuses.append(r.status_code)
+                    if len(statuses) == 60:
+                        half.set()
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        assert half.wait(30)
+        redis_server.stop()
+        for t in threads:
+            t.join(60)
+        assert len(statuses) == 120
+        assert all(s == 200 for s in statuses), sorted(set(statuses))
+        health = httpx.get(p.url + "/healthz", timeout=5).json()
+        assert health["status"] == "ok"
+        # Entries kept locally still answer.
+        assert cached(p, key, "question 0 0").status_code in (200, 504)
+    finally:
+        p.stop()
+
+
+@pytest.mark.model
+def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
+    # The real model with the library's default threshold.
+    p = ProxyProcess(upstream.url, embedder=None, threshold=None).start(timeout=120)  # type: ignore
+    key = f"sk-model-{uuid.uuid4().hex}"
+    client = make_client(p, key)
+    try:
+        messages = [{"role": "user", "content": "How do I reset my password?"}]
+        first, _ = chat(client, "", messages=messages)
+        wait_until(lambda: httpx.post(p.url + "/v1/chat/completions", json={
+            "model": "gpt-4o-mini", "messages": messages}, timeout=10, headers={
+            "authorization": f"Bearer {key}", "cache-control": "only-if-cached"}
+        ).status_code == 200, timeout=30.0)
+        para = [{"role": "user", "content": "How can I reset my password?"}]
+        got, h = chat(client, "", messages=para)
+        assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
+        assert float(h["x-cachekit-similarity"]) >= 0.8
+        assert got.choices[0].message.content == first.choices[0].message.content
+        unrelated = [{"role": "user", "content": "What is the capital of Australia?"}]
+        _, h = chat(client, "", messages=unrelated)
+        assert h["x-cachekit-cache"] == "MISS"
+    finally:
+        client.close()
+        p.stop()
+
+
+def test_replicas_on_a_redis_cluster(redis_cluster: Any, upstream: FakeUpstream) -> None:
+    url = upstream.url  # type: ignore[attr-defined]
+    ns = f"t{uuid.uuid4().hex[:10]}"  # the cluster is shared by the session
+    a = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()
+    b = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()
+    key = f"sk-cluster-{uuid.uuid4().hex}"
+    ca, cb = make_client(a, key), make_client(b, key)
+    try:
+        first, _ = chat(ca, PARAPHRASE[0])
+        wait_cached(a, key, PARAPHRASE[0])
+        got, h = chat(cb, PARAPHRASE[0])
+        assert h["x-cachekit-cache"] == "HIT"
+        assert got.choices[0].message.content == first.choices[0].message.content
+        wait_until(lambda: cached(b, key, PARAPHRASE[1]).status_code == 200, timeout=5.0)
+        assert upstream_calls(upstream, key) == 1
+    finally:
+        ca.close()
+        cb.close()
+        a.stop()
+        b.stop()

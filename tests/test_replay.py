@@ -1,0 +1,429 @@
+"""``cachekit replay`` on small hand-built logs whose report is worked out by hand here.
+
+The embedder is the deterministic test double; every similarity the expectations rely on is
+checked first (``test_the_texts_are_what_the_expectations_assume``), so a change to the double
+fails loudly there instead of silently changing what the other tests mean.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachekit.replay.cli import parse_sweep
+from cachekit.replay.logs import FIRST_LINES_KEPT
+from cachekit.replay.runner import ReplayOptions, run_replay
+from cachekit.semantic.testing import DeterministicTestEmbedder
+
+ROUTER = "how do I reset the password of my home wifi router"
+PARAPHRASE = "how can I reset the password of my home wifi router"
+NEAR_MISS = "how do I reset the password of my office wifi router"
+OTHER = "how do I change the name of my home wifi network"
+FRANCE = "what is the capital of france"
+PRIME = "name a prime number"
+THRESHOLD = 0.85
+
+# Dollars per million tokens chosen so every cost below is a round number: $0.2 for a
+# 100-prompt/50-completion answer, $0.014 for a 10/2 one.
+PRICES_TOML = '[prices."gpt-4o-mini"]\ninput = 1000.0\noutput = 2000.0\n'
+
+
+def _completion(cid: str, text: str, model: str, prompt: int = 100, completion: int = 50
+                ) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{cid}", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": f"answer {cid}: {text}"}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion}}
+
+
+def _sse(cid: str, model: str, *, complete: bool) -> str:
+    base = {"id": f"chatcmpl-{cid}", "object": "chat.completion.chunk", "created": 1,
+            "model": model}
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Par"},
+                              "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": "is"},
+                              "finish_reason": "stop" if complete else None}]},
+        {**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}},
+    ]
+    events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks[: 3 if complete else 1])
+    return events + ("data: [DONE]\n\n" if complete else "")
+
+
+def _body(text: str, model: str = "gpt-4o-mini", stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "temperature": 0, "messages": [
+        {"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]}
+    if stream:
+        body["stream"] = True
+    return body
+
+
+# (custom_id, tenant, model, text, stream, answer, kind, latency_ms, response override)
+LOG: list[tuple[str, str, str, str, bool, str, str, float, Any]] = [
+    ("a1", "acme", "gpt-4o-mini", ROUTER, False, "A", "new", 1000.0, None),
+    ("a2", "acme", "gpt-4o-mini", ROUTER, False, "A", "repeat", 1000.0, None),
+    ("a3", "acme", "gpt-4o-mini", PARAPHRASE, False, "A", "paraphrase", 1000.0, None),
+    ("a4", "acme", "gpt-4o-mini", NEAR_MISS, False, "B", "near_miss", 1000.0, None),
+    ("a5", "acme", "gpt-4o-mini", OTHER, False, "C", "new", 1000.0, None),
+    ("g1", "globex", "gpt-4o-mini", ROUTER, False, "D", "new", 1000.0, None),
+    ("m1", "acme", "gpt-4.1", ROUTER, False, "E", "new", 1000.0, None),
+    ("s1", "acme", "gpt-4o-mini", FRANCE, True, "F", "new", 1000.0, "sse"),
+    ("s2", "acme", "gpt-4o-mini", FRANCE, False, "F", "repeat", 400.0, "small"),
+    ("t1", "acme", "gpt-4o-mini", PRIME, True, "G", "new", 1000.0, "broken"),
+    ("t2", "acme", "gpt-4o-mini", PRIME, False, "G", "repeat", 1000.0, None),
+]
+
+
+def _response(cid: str, model: str, text: str, override: Any) -> Any:
+    if override == "sse":
+        return _sse(cid, model, complete=True)
+    if override == "broken":  # the stream was cut: must never be stored
+        return _sse(cid, model, complete=False)
+    if override == "small":
+        return _completion(cid, text, model, prompt=10, completion=2)
+    return _completion(cid, text, model)
+
+
+def write_records(path: Path, log: list[Any] = LOG) -> Path:
+    with path.open("w") as f:
+        for cid, tenant, model, text, stream, _, _, latency, override in log:
+            f.write(json.dumps({"custom_id": cid, "request": _body(text, model, stream),
+                                "response": _response(cid, model, text, override),
+                                "latency_ms": latency, "metadata": {"tenant": tenant}}) + "\n")
+    return path
+
+
+def write_batch(dir_: Path, log: list[Any] = LOG) -> tuple[Path, Path]:
+    inp, out = dir_ / "in.jsonl", dir_ / "out.jsonl"
+    with inp.open("w") as fi, out.open("w") as fo:
+        for cid, tenant, model, text, stream, *_ in log:
+            fi.write(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                 "body": _body(text, model, stream),
+                                 "metadata": {"tenant": tenant}}) + "\n")
+        # Outputs come back in any order in the Batch API: write them reversed.
+        for cid, _, model, text, _, _, _, latency, override in reversed(log):
+            fo.write(json.dumps({"custom_id": cid, "response": {
+                "status_code": 200, "body": _response(cid, model, text, override)},
+                "latency_ms": latency}) + "\n")
+    return inp, out
+
+
+def write_truth(path: Path, log: list[Any] = LOG) -> Path:
+    with path.open("w") as f:
+        for cid, _, _, _, _, answer, kind, _, _ in log:
+            f.write(json.dumps({"custom_id": cid, "kind": kind, "answer": answer,
+                                "equivalent_to": None}) + "\n")
+    return path
+
+
+@pytest.fixture
+def prices(tmp_path: Path) -> Path:
+    p = tmp_path / "prices.toml"
+    p.write_text(PRICES_TOML)
+    return p
+
+
+def _opts(prices: Path | None = None, **kw: Any) -> ReplayOptions:
+    kw.setdefault("setting", THRESHOLD)
+    return ReplayOptions(embedder=DeterministicTestEmbedder(64), prices_path=prices, **kw)
+
+
+def test_the_texts_are_what_the_expectations_assume() -> None:
+    e = DeterministicTestEmbedder(64)
+
+    def cos(a: str, b: str) -> float:
+        return float(e.vector(a) @ e.vector(b))
+
+    assert cos(ROUTER, PARAPHRASE) >= 0.88  # hits at 0.85 and 0.88
+    assert THRESHOLD <= cos(ROUTER, NEAR_MISS) < 0.88  # hits at 0.85 only
+    assert cos(PARAPHRASE, NEAR_MISS) < 0.95
+    for text in (OTHER, FRANCE, PRIME):
+        assert cos(ROUTER, text) < THRESHOLD
+        assert cos(NEAR_MISS, text) < THRESHOLD
+
+
+def _check_headline(d: dict[str, Any]) -> None:
+    # Hits: a2 (exact, a1's entry), a3 (paraphrase of a1), a4 (near miss, wrongly, of a1),
+    # s2 (exact: `stream` is not part of the key; s1's stream was stored assembled).
+    # Misses: a1, a5 (unrelated), g1 (same text, other tenant), m1 (same text, other model),
+    # s1, t1 (a cut stream), t2 (t1 was not stored, so its repeat misses too).
+    assert d["requests"] == 11
+    assert d["hits"] == {"exact": 2, "semantic": 2}
+    assert d["misses"] == 7
+    assert d["hit_rate"] == pytest.approx(4 / 11)
+    assert d["tokens_saved"] == {"prompt": 100 * 3 + 10, "completion": 50 * 3 + 2}
+    assert d["dollars_saved"]["by_model"]["gpt-4o-mini"] == pytest.approx(0.2 * 3 + 0.014)
+    assert d["dollars_saved"]["by_model"]["gpt-4.1"] == 0.0
+    assert d["dollars_saved"]["total"] == pytest.approx(0.614)
+    assert d["latency_saved_s"] == pytest.approx(3.0 + 0.4)
+    assert d["skipped"] == {}
+
+
+def test_records_log_report_by_hand(tmp_path: Path, prices: Path) -> None:
+    log = write_records(tmp_path / "log.jsonl")
+    report = run_replay(log, options=_opts(prices))
+    d = report.to_dict()
+    _check_headline(d)
+    assert "correct_hits" not in d and "sweep" not in d
+    assert d["overhead_ms"]["p50"] > 0
+    assert d["overhead_ms"]["p99"] >= d["overhead_ms"]["p50"]
+
+
+def test_batch_files_give_the_same_report(tmp_path: Path, prices: Path) -> None:
+    inp, out = write_batch(tmp_path)
+    d = run_replay(inp, out, options=_opts(prices)).to_dict()
+    _check_headline(d)
+
+
+def test_truth_judges_every_hit(tmp_path: Path, prices: Path) -> None:
+    log = write_records(tmp_path / "log.jsonl")
+    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"),
+                        options=_opts(prices))
+    d = report.to_dict()
+    assert d["correct_hits"] == 3  # a2, a3, s2
+    assert d["wrong_hits"] == 1  # a4: the office router is not the home router
+    assert d["semantic_precision"] == pytest.approx(1 / 2)  # a3 right, a4 wrong
+    assert d["net_dollars_saved"]["total"] == pytest.approx(0.2 + 0.2 + 0.014)
+    [wrong] = report.wrong_sample
+    assert (wrong.custom_id, wrong.served_custom_id) == ("a4", "a1")
+    assert (wrong.text, wrong.served_text) == (NEAR_MISS, ROUTER)
+    assert wrong.similarity is not None and wrong.similarity >= THRESHOLD
+
+
+def test_sweep_embeds_each_text_once(tmp_path: Path, prices: Path) -> None:
+    log = write_records(tmp_path / "log.jsonl")
+    embedder = DeterministicTestEmbedder(64)
+    batches: list[list[str]] = []
+    inner = embedder.embed
+
+    def spy(texts: Any) -> Any:
+        batches.append(list(texts))
+        return inner(texts)
+
+    embedder.embed = spy  # type: ignore[method-assign]
+    sweep = [0.85, 0.88, 0.95]
+    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"), options=(
+        ReplayOptions(embedder=embedder, prices_path=prices, sweep=sweep, setting=0.88)))
+    distinct = {ROUTER, PARAPHRASE, NEAR_MISS, OTHER, FRANCE, PRIME}
+    [batch] = [b for b in batches if len(b) > 1]
+    assert sorted(batch) == sorted(distinct)
+    # The rest are one-text calls timing a lone lookup's embedding, at most 16 and a warm-up.
+    assert all(len(b) == 1 for b in batches if b is not batch)
+    assert len(batches) - 1 <= len(distinct) + 1
+
+    d = report.to_dict()
+    points = {p["threshold"]: p for p in d["sweep"]}
+    assert list(points) == sweep
+    assert points[0.85]["hits"] == {"exact": 2, "semantic": 2}
+    assert (points[0.85]["correct_hits"], points[0.85]["wrong_hits"]) == (3, 1)
+    assert points[0.88]["hits"] == {"exact": 2, "semantic": 1}  # the near miss now misses
+    assert (points[0.88]["correct_hits"], points[0.88]["wrong_hits"]) == (3, 0)
+    assert points[0.88]["semantic_precision"] == 1.0
+    assert points[0.95]["hits"] == {"exact": 2, "semantic": 0}
+    assert points[0.95]["semantic_precision"] is None  # no semantic hit to judge
+    assert points[0.95]["net_dollars_saved"]["total"] == pytest.approx(0.2 + 0.014)
+    # The headline is the 0.88 run, without its own threshold field.
+    assert d["hits"] == points[0.88]["hits"] and "threshold" not in d
+    assert set(points[0.88]) == set(d) - {"sweep"} | {"threshold"}
+
+
+def test_parse_sweep() -> None:
+    assert parse_sweep("0.70:0.98:0.02") == [round(0.70 + 0.02 * i, 10) for i in range(15)]
+    assert parse_sweep("0.9:0.9:0.1") == [0.9]
+    for bad in ("0.7:0.9", "a:b:c", "0.9:0.7:0.1", "0.1:0.9:0"):
+        with pytest.raises(Exception, match="sweep"):
+            parse_sweep(bad)
+
+
+def _lines(path: Path, items: list[Any]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in items))
+    return path
+
+
+def test_every_kind_of_bad_line_is_counted_never_raised(tmp_path: Path) -> None:
+    good = [("ok1", ROUTER), ("ok2", ROUTER)]
+    inputs: list[Any] = [
+        {"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": _body(t)}
+        for cid, t in good
+    ]
+    inputs += [
+        "{not json",                                                        # line 3
+        {"custom_id": "nobody", "method": "POST", "url": "/v1/chat/completions"},  # 4
+        {"custom_id": "img", "method": "POST", "url": "/v1/images/generations",
+         "body": {"model": "dall-e-3", "prompt": "a cat"}},                 # 5
+        {"custom_id": "ok1", "method": "POST", "url": "/v1/chat/completions",
+         "body": _body(ROUTER)},                                            # 6: duplicate id
+        {"custom_id": "lonely", "method": "POST", "url": "/v1/chat/completions",
+         "body": _body(OTHER)},                                             # 7: no output
+        {"custom_id": "nomsg", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "gpt-4o-mini"}},                                 # 8: refused request
+        [1, 2, 3],                                                          # 9: not an object
+    ]
+    outputs: list[Any] = [
+        {"custom_id": cid, "response": {"status_code": 200,
+                                        "body": _completion(cid, t, "gpt-4o-mini")}}
+        for cid, t in good
+    ]
+    outputs += [
+        "",                                                                 # blank: ignored
+        "\x00garbage",                                                      # line 4
+        {"custom_id": "ghost", "response": {"status_code": 200,
+                                            "body": _completion("g", ROUTER, "gpt-4o-mini")}},
+        {"response": {"status_code": 200, "body": {}}},                     # 6: no custom_id
+        {"custom_id": "nomsg", "response": {"status_code": 200,
+                                            "body": _completion("n", OTHER, "gpt-4o-mini")}},
+    ]
+    inp, out = _lines(tmp_path / "in.jsonl", inputs), _lines(tmp_path / "out.jsonl", outputs)
+    report = run_replay(inp, out, options=_opts())
+    d = report.to_dict()
+    assert d["requests"] == 2 and d["hits"]["exact"] == 1
+    assert d["skipped"] == {
+        "not_json": 2, "missing_field": 3, "unknown_endpoint": 1, "duplicate_custom_id": 1,
+        "input_without_output": 1, "output_without_input": 1, "invalid_request": 1,
+    }
+    first = report.skipped.first_lines
+    assert sorted(first["not_json"]) == ["in.jsonl:3", "out.jsonl:4"]
+    assert sorted(first["missing_field"]) == ["in.jsonl:4", "in.jsonl:9", "out.jsonl:6"]
+    assert first["unknown_endpoint"] == ["in.jsonl:5"]
+    assert first["duplicate_custom_id"] == ["in.jsonl:6"]
+    assert first["input_without_output"] == ["in.jsonl:7"]
+    assert first["output_without_input"] == ["out.jsonl:5"]
+    assert first["invalid_request"] == ["line 8"]
+
+
+def test_first_lines_are_capped_but_counts_are_complete(tmp_path: Path) -> None:
+    log = write_records(tmp_path / "log.jsonl", LOG[:1])
+    with log.open("a") as f:
+        f.write("nope\n" * 12)
+    report = run_replay(log, options=_opts())
+    assert report.to_dict()["skipped"] == {"not_json": 12}
+    assert len(report.skipped.first_lines["not_json"]) == FIRST_LINES_KEPT
+
+
+def test_error_responses_are_replayed_but_never_stored(tmp_path: Path) -> None:
+    p = tmp_path / "log.jsonl"
+    rows = [
+        {"request": _body(ROUTER), "response": {"status_code": 500, "body": {"error": {}}}},
+        {"request": _body(ROUTER), "response": _completion("x", ROUTER, "gpt-4o-mini")},
+        {"request": _body(ROUTER), "response": _completion("y", ROUTER, "gpt-4o-mini")},
+    ]
+    report = run_replay(_lines(p, rows), options=_opts())
+    d = report.to_dict()
+    assert d["requests"] == 3 and d["misses"] == 2 and d["hits"]["exact"] == 1
+
+
+def test_batch_input_without_its_outputs_is_a_usage_error(tmp_path: Path) -> None:
+    inp, _ = write_batch(tmp_path)
+    with pytest.raises(ValueError, match="--outputs"):
+        run_replay(inp, options=_opts())
+
+
+def test_unknown_policy_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown policy 'nope'.*threshold"):
+        run_replay(tmp_path / "missing.jsonl", options=_opts(policy="nope"))
+
+
+def test_registered_policy_plugs_in_by_name(tmp_path: Path) -> None:
+    from cachekit.replay import register_policy
+    from cachekit.semantic.policy import ThresholdPolicy
+
+    register_policy("strict-test", lambda setting: ThresholdPolicy(0.999))
+    log = write_records(tmp_path / "log.jsonl")
+    d = run_replay(log, options=_opts(policy="strict-test")).to_dict()
+    assert d["hits"]["semantic"] == 0 and d["hits"]["exact"] == 2
+
+
+def test_capacity_from_timestamps(tmp_path: Path) -> None:
+    # 100 distinct requests, one every 0.5 s, each 1 s upstream: 2 req/s, so L = 2 x 1 = 2
+    # in flight, half of the 4 slots.
+    rows = [{"request": _body(f"question number {i} about topic {i * 7}"),
+             "response": _completion(str(i), "q", "gpt-4o-mini"), "latency_ms": 1000.0,
+             "timestamp": 1_700_000_000 + 0.5 * i} for i in range(100)]
+    p = _lines(tmp_path / "log.jsonl", rows)
+    # Threshold 1.0: only identical texts hit, and there are none.
+    report = run_replay(p, options=_opts(upstream_concurrency=4, setting=1.0)).to_dict()
+    assert report["misses"] == 100
+    cap = report["capacity"]
+    assert cap["rate_source"] == "timestamps"
+    assert cap["rate_rps"] == pytest.approx(2.0)
+    for side in ("without_cache", "with_cache"):
+        assert cap[side]["in_flight"] == pytest.approx(2.0)
+        assert cap[side]["utilisation"] == pytest.approx(0.5)
+
+
+def test_rate_flag_overrides_timestamps(tmp_path: Path) -> None:
+    rows = [{"request": _body(ROUTER), "response": _completion("x", ROUTER, "gpt-4o-mini"),
+             "latency_ms": 2000.0, "timestamp": f"2026-01-01T00:00:0{i}Z"} for i in range(4)]
+    p = _lines(tmp_path / "log.jsonl", rows)
+    cap = run_replay(p, options=_opts(rate=10.0)).to_dict()["capacity"]
+    assert cap["rate_source"] == "--rate" and cap["rate_rps"] == 10.0
+    # 3 of 4 are exact hits: 2.5 req/s go upstream, each 2 s.
+    assert cap["with_cache"]["in_flight"] == pytest.approx(2.5 * 2.0)
+    assert cap["without_cache"]["in_flight"] == pytest.approx(10.0 * 2.0)
+    assert cap["upstream_concurrency"] is None and cap["with_cache"]["utilisation"] is None
+
+
+def test_json_and_html_outputs_through_the_command_line(tmp_path: Path, prices: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    from cachekit import cli
+    from cachekit.replay import runner
+
+    real = runner.ReplayOptions
+
+    def with_test_embedder(**kw: Any) -> ReplayOptions:
+        return real(embedder=DeterministicTestEmbedder(64), **kw)
+
+    monkeypatch.setattr(runner, "ReplayOptions", with_test_embedder)
+    log = write_records(tmp_path / "log.jsonl")
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    rc = cli.main(["replay", str(log), "--truth", str(write_truth(tmp_path / "t.jsonl")),
+                   "--sweep", "0.85:0.95:0.05", "--prices", str(prices), "--rate", "2",
+                   "--upstream-concurrency", "4", "--json", str(out_json),
+                   "--html", str(out_html)])
+    assert rc == 0
+    shown = capsys.readouterr().out
+    assert "Semantic hits" in shown and "Correct / wrong hits" in shown and "Sweep" in shown
+    d = json.loads(out_json.read_text())
+    assert [p["threshold"] for p in d["sweep"]] == [0.85, 0.9, 0.95]
+    page = out_html.read_text()
+    assert page.count("<svg") == 2  # the capacity curve and the sweep curves
+    for remote in ("<script", "<link", "src=", "@import", "url(http"):
+        assert remote not in page
+
+
+def test_html_shows_the_wrong_hits_escaped(tmp_path: Path) -> None:
+    from cachekit.replay.html import render_html
+    from cachekit.replay.report import WrongHit
+
+    log = write_records(tmp_path / "log.jsonl")
+    report = run_replay(log, truth_path=write_truth(tmp_path / "t.jsonl"), options=_opts())
+    report.wrong_sample.append(WrongHit("x", "<script>alert(1)</script>", "y", "a & b",
+                                        "semantic", 0.9))
+    page = render_html(report)
+    assert NEAR_MISS in page and ROUTER in page
+    assert "<script" not in page and "&lt;script&gt;" in page and "a &amp; b" in page
+
+
+def test_command_line_reports_a_missing_file(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from cachekit import cli
+
+    assert cli.main(["replay", str(tmp_path / "nope.jsonl"), "--quiet"]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cachekit", "replay", "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--sweep" in done.stdout and "--upstream-concurrency" in done.stdout
