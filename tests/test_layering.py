@@ -1,7 +1,10 @@
 """The package's layering, as a test: imports go down the layers, never up, and no module uses
 another module's private names.
 
-Layers, lowest first (see DESIGN.md): types < mechanisms < engine < entry points < front.
+Layers, lowest first (see DESIGN.md): types < mechanisms < engine < entry points < front <
+applications. The applications (the OpenAI request rules, the proxy, replay, the client adapters,
+the command line and the demo) are built on what users import, the ``Cache`` front, exactly as a
+user's own code would be.
 An import counts wherever it is written (a function-level import included); imports under
 ``if TYPE_CHECKING:`` do not, since they never run. A module may import from its own layer as
 long as no import circle results (import circles are checked separately).
@@ -18,8 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"cachekit": ROOT / "cachekit", "cachekit.adapters": ROOT / "adapters"}
 
-TYPES, MECHANISMS, ENGINE, ENTRY_POINTS, FRONT = range(5)
-LAYER_NAMES = ["types", "mechanisms", "engine", "entry points", "front"]
+TYPES, MECHANISMS, ENGINE, ENTRY_POINTS, FRONT, APPLICATIONS = range(6)
+LAYER_NAMES = ["types", "mechanisms", "engine", "entry points", "front", "applications"]
 
 #: Module (or package prefix) -> layer. The longest matching prefix wins.
 LAYERS: dict[str, int] = {
@@ -46,15 +49,15 @@ LAYERS: dict[str, int] = {
     "cachekit.decorators": ENTRY_POINTS,
     "cachekit.features": ENTRY_POINTS,
     "cachekit.semantic": ENTRY_POINTS,  # the package, its decorator and its tier
-    "cachekit.llm": ENTRY_POINTS,
-    "cachekit.proxy": ENTRY_POINTS,
-    "cachekit.replay": ENTRY_POINTS,
-    "cachekit.adapters": ENTRY_POINTS,
     "cachekit.cache": FRONT,
     "cachekit": FRONT,  # the package itself re-exports the front
-    "cachekit.cli": FRONT,
-    "cachekit.demo": FRONT,
-    "cachekit.__main__": FRONT,
+    "cachekit.llm": APPLICATIONS,
+    "cachekit.proxy": APPLICATIONS,
+    "cachekit.replay": APPLICATIONS,
+    "cachekit.adapters": APPLICATIONS,
+    "cachekit.cli": APPLICATIONS,
+    "cachekit.demo": APPLICATIONS,
+    "cachekit.__main__": APPLICATIONS,
 }
 
 
