@@ -269,7 +269,7 @@ def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _C
 
     def lookup(*args: Any, **kwargs: Any) -> LookupResult:
         k = keys.full(args, kwargs)
-        return calls.result(k, engine.lookup_one(k))
+        return calls.result(k, engine.lookup_one(k, probe=True))
 
     w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
     return w
@@ -301,7 +301,7 @@ def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _
 
     async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
         k = keys.full(args, kwargs)
-        return calls.result(k, await engine.alookup_one(k))
+        return calls.result(k, await engine.alookup_one(k, probe=True))
 
     w: Any = wrapper
     w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup

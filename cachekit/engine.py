@@ -363,7 +363,7 @@ class Engine:
             elif f.status is Status.STALE:
                 tel.stale_hits += 1
 
-    def _lookup_one_core(self, key: CacheKey) -> Core[Found]:
+    def _lookup_one_core(self, key: CacheKey, probe: bool) -> Core[Found]:
         now = self.clock()
         if now >= self._next_version_check:
             yield from self._version_core(now)
@@ -375,19 +375,31 @@ class Engine:
                     found = Found(Status.ERROR)
             else:
                 found = self._l2_found(key, found, datas[0], now)
-        if found.status is Status.HIT:
-            self.telemetry.hits += 1
-        elif found.status is Status.STALE:
-            self.telemetry.stale_hits += 1
+        self.record_found(found.status, probe)
         return found
 
-    def lookup_one(self, key: CacheKey) -> Found:
-        """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
-        without the batch bookkeeping of :meth:`lookup_many`."""
-        return self._run(self._lookup_one_core(key))
+    def record_found(self, status: Status, probe: bool = False) -> None:
+        """Count what one lookup found. A probe (``f.lookup(...)``: a question about the cache,
+        not a call it answers) is counted apart and never as a hit, a call saved or time saved,
+        so that the hit rate stays served calls / calls."""
+        tel = self.telemetry
+        if probe:
+            tel.probes += 1
+            if status in (Status.HIT, Status.STALE, Status.SEMANTIC_HIT):
+                tel.probe_hits += 1
+        elif status is Status.HIT or status is Status.SEMANTIC_HIT:
+            tel.hits += 1
+        elif status is Status.STALE:
+            tel.stale_hits += 1
 
-    async def alookup_one(self, key: CacheKey) -> Found:
-        return await self._arun(self._lookup_one_core(key))
+    def lookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
+        """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
+        without the batch bookkeeping of :meth:`lookup_many`. ``probe``: the caller only asks
+        (see :meth:`record_found`); the tiers' own counters count it like any lookup."""
+        return self._run(self._lookup_one_core(key, probe))
+
+    async def alookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
+        return await self._arun(self._lookup_one_core(key, probe))
 
     def _l1_one(self, key: CacheKey, now: float) -> tuple[CacheKey, Found]:
         if key.version != self._version:

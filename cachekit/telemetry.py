@@ -173,6 +173,10 @@ class CacheStats:
     compute: LatencySummary
     breaker_state: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``f.lookup(...)`` calls (and how many found something): questions asked of the cache,
+    #: not calls it served, so they are in none of the fields above.
+    probes: int = 0
+    probe_hits: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,6 +191,9 @@ class Telemetry:
         self.hits = 0
         self.misses = 0
         self.stale_hits = 0
+        # Probes (``f.lookup(...)``): asked, not served; never in hits or the hit rate.
+        self.probes = 0
+        self.probe_hits = 0
         self.time_saved = 0.0
         self.compute = LatencyHistogram()
         self.refreshes = 0
@@ -237,6 +244,8 @@ class Telemetry:
             compute=self.compute.summary(),
             breaker_state=breaker_state,
             extra=extra,
+            probes=self.probes,
+            probe_hits=self.probe_hits,
         )
 
 
@@ -284,6 +293,10 @@ class PrometheusCollector:
         totals.add_metric([ns, "stale_hit"], snap.stale_hits)
         totals.add_metric([ns, "miss"], snap.misses)
         yield totals
+        probes = CounterMetricFamily(f"{p}_probes", "Lookups that only asked (f.lookup), "
+                                     "not counted as requests", labels=["namespace"])
+        probes.add_metric([ns], snap.probes)
+        yield probes
         saved = CounterMetricFamily(f"{p}_time_saved_seconds",
                                     "Estimated compute time saved by hits", labels=["namespace"])
         saved.add_metric([ns], snap.time_saved_s)

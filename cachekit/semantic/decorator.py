@@ -214,40 +214,58 @@ class _SemanticCalls:
         scope_key, t = self.split(args, kwargs)
         return self.exact_key(scope_key, t), scope_key, t
 
-    def _exact(self, k: CacheKey, found: Found) -> LookupResult | None:
-        self.tier.lookups += 1
+    def _exact(self, k: CacheKey, found: Found, probe: bool) -> LookupResult | None:
+        """The exact-match answer, if any. A probe (``lookup``) is counted by the tier and the
+        engine apart from calls: never a hit, nor time saved."""
+        tier = self.tier
+        if probe:
+            tier.probes += 1
+        else:
+            tier.lookups += 1
         if found.status is Status.HIT and found.env is not None:
-            self.tier.exact_hits += 1
-            self.engine.telemetry.time_saved += self.timing.mean
+            if probe:
+                tier.probe_hits += 1
+            else:
+                tier.exact_hits += 1
+                self.engine.telemetry.time_saved += self.timing.mean
             return LookupResult(Status.HIT, found.env.value, found.tier, k.remote,
                                 age_s=self.engine.clock() - found.env.created_at)
         return None
 
-    def _no_text(self, k: CacheKey) -> LookupResult:
+    def _missed(self, probe: bool) -> None:
+        if not probe:
+            self.tier.misses += 1
+
+    def _no_text(self, k: CacheKey, probe: bool) -> LookupResult:
         # An empty text is compared exactly only: it means nothing to embed.
-        self.tier.misses += 1
+        self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote)
 
-    def _semantic(self, k: CacheKey, m: Match) -> LookupResult:
+    def _semantic(self, k: CacheKey, m: Match, probe: bool) -> LookupResult:
         tier = self.tier
         entry = m.entry
         if entry is not None and m.similarity is not None:
             env = tier.decode(entry)
             if env is not None:
-                tier.semantic_hits += 1
-                tier.record_hit(m.similarity)
-                self.engine.telemetry.hits += 1
-                self.engine.telemetry.time_saved += self.timing.mean
+                if probe:
+                    # The engine counted this probe with its exact miss; now it found something.
+                    tier.probe_hits += 1
+                    self.engine.telemetry.probe_hits += 1
+                else:
+                    tier.semantic_hits += 1
+                    tier.record_hit(m.similarity)
+                    self.engine.record_found(Status.SEMANTIC_HIT)
+                    self.engine.telemetry.time_saved += self.timing.mean
                 return LookupResult(Status.SEMANTIC_HIT, env.value, "semantic", k.remote,
                                     age_s=self.engine.clock() - entry.created_at,
                                     similarity=m.similarity, matched_text=entry.text)
-        tier.misses += 1
+        self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity)
 
-    def _search_failed(self, k: CacheKey, exc: Exception) -> LookupResult:
+    def _search_failed(self, k: CacheKey, exc: Exception, probe: bool) -> LookupResult:
         # An embedder or index failure costs a miss (the function still runs), never an answer.
         self.tier.errors += 1
-        self.tier.misses += 1
+        self._missed(probe)
         log.warning("cachekit: semantic lookup in %s failed (served as a miss): %r",
                     self.fname, exc)
         return LookupResult(Status.ERROR, key=k.remote)
@@ -280,19 +298,21 @@ class _SemanticCalls:
 
     # ------------------------------------------------------------------ cores, both forms
 
-    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[_Parts]:
-        """Exact first (``lookup``), then the semantic search (``search``)."""
+    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    probe: bool = False) -> Core[_Parts]:
+        """Exact first (``lookup``, or ``probe`` for a lookup that serves no call), then the
+        semantic search (``search``)."""
         k, scope_key, t = self.key_of(args, kwargs)
-        hit = self._exact(k, (yield ("lookup", (k,))))
+        hit = self._exact(k, (yield ("probe" if probe else "lookup", (k,))), probe)
         if hit is not None:
             return hit, k, scope_key, t
         if not t:
-            return self._no_text(k), k, scope_key, t
+            return self._no_text(k, probe), k, scope_key, t
         try:
             m = yield ("search", (scope_key, t))
         except Exception as exc:
-            return self._search_failed(k, exc), k, scope_key, t
-        return self._semantic(k, m), k, scope_key, t
+            return self._search_failed(k, exc, probe), k, scope_key, t
+        return self._semantic(k, m, probe), k, scope_key, t
 
     def store_core(self, items: Sequence[_Item]) -> Core[int]:
         """Exact entries (``store``), then semantic entries for the ones stored
@@ -333,6 +353,7 @@ class _SemanticCalls:
         engine, tier = self.engine, self.tier
         return {
             "lookup": engine.lookup_one,
+            "probe": lambda k: engine.lookup_one(k, probe=True),
             "search": tier.search,
             "store": engine.store_many,
             "add_semantic": self.add_semantic,
@@ -346,6 +367,7 @@ class _SemanticCalls:
         engine, tier = self.engine, self.tier
         return {
             "lookup": engine.alookup_one,
+            "probe": lambda k: engine.alookup_one(k, probe=True),
             "search": self._asearch,
             "store": engine.astore_many,
             # Embedding and index work is CPU work of milliseconds: never on the event loop.
@@ -421,7 +443,7 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
         return calls.run(calls.call_core(args, kwargs))
 
     def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return calls.run(calls.lookup_core(args, kwargs))[0]
+        return calls.run(calls.lookup_core(args, kwargs, probe=True))[0]
 
     def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)
@@ -444,7 +466,7 @@ def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
         return await calls.arun(calls.call_core(args, kwargs))
 
     async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return (await calls.arun(calls.lookup_core(args, kwargs)))[0]
+        return (await calls.arun(calls.lookup_core(args, kwargs, probe=True)))[0]
 
     async def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)
