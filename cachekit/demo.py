@@ -21,9 +21,11 @@ UNRELATED = "How do I change a flat tyre on a bicycle?"
 
 
 def _ms(value: float | None) -> str:
-    """A latency for people: three significant digits, µs below a millisecond."""
+    """A latency for people: three significant digits, µs below a millisecond, s above 1000."""
     if value is None:
         return "-"
+    if value >= 1000.0:
+        return f"{value / 1e3:.3g} s"
     return f"{value * 1e3:.3g} µs" if value < 1.0 else f"{value:.3g} ms"
 
 

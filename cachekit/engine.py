@@ -45,6 +45,7 @@ from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
 from cachekit.types import FAILED, CacheKey, Envelope, Found, Status, StoreItem
+from cachekit.validation import check_seconds
 
 if TYPE_CHECKING:
     from cachekit.protocols import AsyncStorageTier, StorageTier
@@ -97,8 +98,7 @@ class Engine:
     ) -> None:
         if not isinstance(namespace, str) or not namespace or any(c in namespace for c in "{} \n"):
             raise ValueError("namespace must be a non-empty string without spaces or braces")
-        if default_ttl is not None and default_ttl <= 0:
-            raise ValueError("default_ttl must be positive or None")
+        check_seconds("default_ttl", default_ttl)
         self.namespace = namespace
         self.default_ttl = default_ttl
         self.clock = clock
@@ -197,8 +197,7 @@ class Engine:
             ttl = self.default_ttl
         if ttl is None:
             return None
-        if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        check_seconds("ttl", ttl, allow_none=False)
         if jitter:
             # Only ever shorten: a TTL is a promise about staleness, not a suggestion.
             ttl = ttl * (1.0 - jitter * self.random())
