@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachekit.breaker import CircuitBreaker
+from cachekit.health import Diagnosis, Health, diagnose
 from cachekit.keys import SCALAR_SIGNATURES, all_scalar, local_key
 from cachekit.protocols import Clock, Entry, Serializer
 from cachekit.serialization import (
@@ -135,6 +136,12 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closers: list[Callable[[], None]] = []
         self._last_warning = 0.0
+        # Health of the shared tier: written on failures and checks; the success path only reads
+        # _l2_down, so an L2 hit pays one attribute test.
+        self._reachable: bool | None = None
+        self._l2_down = False
+        self._last_error: Diagnosis | None = None
+        self._checker: threading.Thread | None = None
 
     # ------------------------------------------------------------------ drivers
 
@@ -263,10 +270,69 @@ class Engine:
         assert self._l2c is not None
         self._l2c.errors += 1
         self._breaker.record_failure()
+        diagnosis = self._record_down(exc)
         now = time.monotonic()
         if now - self._last_warning > WARNING_INTERVAL_S:
             self._last_warning = now
-            log.warning("cachekit: shared tier error (served as a miss): %r", exc)
+            log.warning("cachekit: shared tier %s failed (served as a miss): %s (%s). Fix: %s",
+                        self.shared_target, diagnosis.cause, diagnosis.detail, diagnosis.fix)
+
+    def _record_down(self, exc: BaseException) -> Diagnosis:
+        diagnosis = diagnose(exc)
+        self._last_error = diagnosis
+        self._reachable = False
+        self._l2_down = True
+        return diagnosis
+
+    def _record_up(self) -> None:
+        self._reachable = True
+        self._l2_down = False
+
+    # ------------------------------------------------------------------ health
+
+    @property
+    def shared_target(self) -> str | None:
+        """Where the shared tier points, password redacted (its ``target``, else its name)."""
+        if self.l2 is None:
+            return None
+        return str(getattr(self.l2, "target", None) or self.l2.name)
+
+    def check_shared_tier(self) -> Health:
+        """Read from the shared tier once, now (bounded by its timeouts), record the outcome and
+        return :meth:`health`. Never raises."""
+        if self.l2 is not None:
+            try:
+                self.l2.get_many([self._version_key])
+            except Exception as exc:
+                self._record_down(exc)
+            else:
+                self._record_up()
+        return self.health()
+
+    def start_health_check(self) -> None:
+        """Check the shared tier once in a daemon thread and log the outcome: the cause and the
+        fix when it fails, since every later failure is only a miss."""
+        if self.l2 is None or self._checker is not None:
+            return
+        self._checker = threading.Thread(target=self._check_and_log, name="cachekit-health",
+                                         daemon=True)
+        self._checker.start()
+
+    def _check_and_log(self) -> None:
+        health = self.check_shared_tier()
+        err = health.last_error
+        if health.reachable or err is None:
+            log.info("cachekit: shared tier %s reachable", health.target)
+            return
+        log.warning("cachekit: shared tier %s unreachable: %s (%s). Serving from this process's "
+                    "memory only meanwhile. Fix: %s", health.target, err.cause, err.detail,
+                    err.fix)
+
+    def health(self) -> Health:
+        """The shared tier's state, without touching it (see :class:`~cachekit.health.Health`)."""
+        return Health(shared_tier=self.l2 is not None, target=self.shared_target,
+                      reachable=self._reachable, last_error=self._last_error,
+                      breaker_state=self.breaker_state)
 
     def l2_call(self, op: Callable[..., T], *args: Any) -> T:
         """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit
@@ -284,6 +350,8 @@ class Engine:
             return FAILED
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
+        if self._l2_down:
+            self._record_up()
         return result
 
     async def al2_call(self, op: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -300,6 +368,8 @@ class Engine:
             return FAILED
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
+        if self._l2_down:
+            self._record_up()
         return result
 
     # ------------------------------------------------------------------ lookups
