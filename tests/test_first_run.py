@@ -33,10 +33,21 @@ print(json.dumps({"backend": emb.backend, "export": str(emb.onnx_export_dir),
 @pytest.mark.model
 def test_first_load_is_quiet_and_exports_under_cachekit_cache_dir(tmp_path: Path) -> None:
     pytest.importorskip("sentence_transformers")
-    env = {**os.environ, "CACHEKIT_CACHE_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "default"}
-    out = subprocess.run([sys.executable, "-c", FIRST_LOAD], capture_output=True, text=True,
-                         env=env, timeout=600, check=True)
+    env = {
+        **os.environ,
+        "CACHEKIT_CACHE_DIR": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONWARNINGS": "default",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_LOAD],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["warnings"] == []
     # Third-party libraries log through their own handlers to stderr: nothing may get there.

@@ -19,14 +19,22 @@ def checked(cache: Cache) -> None:
 
 
 def startup_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "cachekit" and "unreachable" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "cachekit" and "unreachable" in r.getMessage()
+    ]
 
 
 def test_without_shared_tier_health_is_ok() -> None:
     h = Cache().health()
     assert (h.shared_tier, h.reachable, h.last_error, h.breaker_state, h.ok) == (
-        False, None, None, None, True)
+        False,
+        None,
+        None,
+        None,
+        True,
+    )
     assert h.to_dict()["ok"] is True
 
 
@@ -36,7 +44,12 @@ def test_reachable_server(redis_url: str, caplog: pytest.LogCaptureFixture) -> N
         checked(cache)
         h = cache.health()
         assert (h.shared_tier, h.reachable, h.last_error, h.breaker_state, h.ok) == (
-            True, True, None, "closed", True)
+            True,
+            True,
+            None,
+            "closed",
+            True,
+        )
         assert h.target == redis_url
     assert startup_lines(caplog) == []
 
@@ -106,8 +119,11 @@ def test_health_check_recovers(redis_server: RedisServer) -> None:
     ("message", "cause"),
     [
         ("Error 111 connecting to 127.0.0.1:1. Connection refused.", "connection refused"),
-        ("Redis Cluster cannot be connected. Please provide at least one reachable node: "
-         "Cluster mode is not enabled on this node", "standalone server"),
+        (
+            "Redis Cluster cannot be connected. Please provide at least one reachable node: "
+            "Cluster mode is not enabled on this node",
+            "standalone server",
+        ),
         ("MOVED 3999 127.0.0.1:7001", "Redis Cluster node"),
         ("invalid username-password pair or user is disabled.", "authentication failed"),
         ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLS handshake"),

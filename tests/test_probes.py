@@ -24,28 +24,34 @@ def run(maybe: Any) -> Any:
 
 def exact_fn(cache: Cache, mode: str) -> Any:
     if mode == "sync":
+
         @cache.cached(ttl=60)
         def f(x: int) -> int:
             return x * 2
+
         return f
 
     @cache.cached(ttl=60)
     async def af(x: int) -> int:
         return x * 2
+
     return af
 
 
 def semantic_fn(cache: Cache, mode: str, closing: Callable[[Any], Any]) -> Any:
     emb = DeterministicTestEmbedder()
     if mode == "sync":
+
         @cache.semantic(embedder=emb, threshold=0.9, ttl=3600)
         def answer(prompt: str) -> str:
             return f"answer to {prompt}"
+
         return closing(answer)
 
     @cache.semantic(embedder=emb, threshold=0.9, ttl=3600)
     async def aanswer(prompt: str) -> str:
         return f"answer to {prompt}"
+
     return closing(aanswer)
 
 

@@ -14,15 +14,15 @@ from cachekit.keys import KeyError_
 @pytest.mark.parametrize(
     ("make", "error", "words"),
     [
-        (lambda: Cache(default_ttl="300"), TypeError, ["default_ttl", "number of seconds", "str"]),
+        (lambda: Cache(default_ttl="300"), TypeError, ["default_ttl", "number of seconds", "str"]),  # type: ignore[arg-type]
         (lambda: Cache(default_ttl=0), ValueError, ["default_ttl", "> 0"]),
-        (lambda: Cache().cached(ttl="60")(lambda x: x), TypeError, ["ttl", "number of seconds"]),
+        (lambda: Cache().cached(ttl="60")(lambda x: x), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
         (lambda: Cache().cached(ttl=True)(lambda x: x), TypeError, ["ttl", "bool"]),
         (lambda: Cache().cached(ttl=-1)(lambda x: x), ValueError, ["ttl", "> 0"]),
         (lambda: Cache().cached(jitter=2)(lambda x: x), ValueError, ["jitter", "[0, 1)"]),
-        (lambda: Cache().cached(jitter="0.1")(lambda x: x), TypeError, ["jitter"]),
+        (lambda: Cache().cached(jitter="0.1")(lambda x: x), TypeError, ["jitter"]),  # type: ignore[arg-type]
         (lambda: Cache().cached(stale_ttl=-1)(lambda x: x), ValueError, ["stale_ttl", ">= 0"]),
-        (lambda: Cache().set("k", 1, ttl="5"), TypeError, ["ttl", "number of seconds"]),
+        (lambda: Cache().set("k", 1, ttl="5"), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
     ],
 )
 def test_bad_options_name_the_parameter(make: Any, error: type, words: list[str]) -> None:
@@ -38,14 +38,18 @@ def test_bad_options_name_the_parameter(make: Any, error: type, words: list[str]
 def test_unkeyable_argument_is_named(mode: str) -> None:
     cache = Cache()
     if mode == "sync":
+
         @cache.cached
         def f(x: int, config: object) -> int:
             return x
+
         call: Any = f
     else:
+
         @cache.cached
         async def af(x: int, config: object) -> int:
             return x
+
         call = lambda *a, **kw: asyncio.run(af(*a, **kw))  # noqa: E731
     for args, kwargs in (((1, object()), {}), ((1,), {"config": object()})):
         with pytest.raises(KeyError_, match="argument 'config'") as info:
