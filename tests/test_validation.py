@@ -98,3 +98,26 @@ def test_instance_dependent_methods_key_with_key_function() -> None:
     a, b = PerInstance(2), PerInstance(3)
     assert (a.predict(5), b.predict(5), a.predict(5)) == (10, 15, 10)
     assert (a.calls, b.calls) == (1, 1)
+
+
+def test_semantic_methods_leave_the_receiver_out(closing: Any) -> None:
+    from cachekit.semantic.testing import DeterministicTestEmbedder
+
+    cache = Cache()
+    emb = DeterministicTestEmbedder()
+
+    class Bot:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @cache.semantic(embedder=emb, threshold=0.9, ttl=60, batching=False)
+        def answer(self, prompt: str, *, model: str = "m") -> str:
+            self.calls += 1
+            return f"{model}:{prompt}"
+
+    closing(Bot.answer)
+    a, b = Bot(), Bot()
+    assert a.answer("how do I reset my password") == "m:how do I reset my password"
+    assert b.answer("how do I reset my password please") == "m:how do I reset my password"
+    assert b.answer("how do I reset my password", model="n") == "n:how do I reset my password"
+    assert (a.calls, b.calls) == (1, 1)  # the text was compared, not the instance

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from cachekit.decorators import METHOD_RECEIVERS
 from cachekit.extras import check_faiss_distributions, require, require_installed
 from cachekit.keys import ArgNormalizer, stable_digest
 from cachekit.sansio import Core, adrive, drive
@@ -149,10 +150,19 @@ def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
     return lambda: wrapped
 
 
+def _receiver(fn: Callable[..., Any]) -> int:
+    """1 when ``fn`` is a method (first parameter ``self`` or ``cls``), else 0: the receiver is
+    neither the compared text nor scope, as in ``@cache.cached`` (docs/exact.md, Methods)."""
+    params = list(inspect.signature(fn).parameters)
+    return 1 if params and params[0] in METHOD_RECEIVERS else 0
+
+
 def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
-    """The compared argument: the first parameter annotated ``str``, else the first one."""
+    """The compared argument: the first parameter annotated ``str``, else the first one (a
+    method's receiver aside)."""
     params = [p for p in inspect.signature(fn).parameters.values()]
-    candidates = [(i, p) for i, p in enumerate(params) if p.kind not in _VAR_KINDS]
+    candidates = [(i, p) for i, p in enumerate(params)
+                  if p.kind not in _VAR_KINDS and i >= _receiver(fn)]
     if not candidates:
         raise TypeError(
             f"{fn!r} has no named parameter to compare; pass text=lambda *a, **kw: ... instead"
@@ -174,10 +184,14 @@ class _Split:
         self.text = text
         self.scope = scope
         self.normalize = ArgNormalizer(fn)
+        self.skip = _receiver(fn)
         self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
+        self.text_pos -= self.skip
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
         values = self.normalize(args, kwargs)
+        if self.skip:
+            values = values[self.skip :]
         if self.text is not None:
             t = self.text(*args, **kwargs)
             if not isinstance(t, str):
