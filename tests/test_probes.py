@@ -92,3 +92,13 @@ def test_semantic_probes_are_not_hits(mode: str, closing: Callable[[Any], Any]) 
     s = cache.stats()
     assert (s.hits, s.misses, s.calls_saved) == (1, 1, 1)
     assert s.hit_rate == pytest.approx(0.5)
+
+
+def test_demo_telemetry_counts_served_calls_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from cachekit.demo import run_demo
+
+    assert run_demo(semantic=False) == 0
+    out = capsys.readouterr().out
+    # Three calls (one computed, two served) and one lookup() probe.
+    assert "calls served from cache=2 computed=1 hit_rate=0.67" in out
+    assert "probes=1" in out
