@@ -76,10 +76,10 @@ class _Keys:
         if len(names) == len(values):
             for name, value in zip(names, values, strict=True):
                 try:
-                    stable_digest((value,))
-                except KeyError_:
+                    stable_digest(value)
+                except KeyError_ as failed:
                     shown = name if self.key is not None else f"argument {name!r}"
-                    return KeyError_(f"{self.fname}: {shown}: {exc}")
+                    return KeyError_(f"{self.fname}: {shown}: {failed}")
         return KeyError_(f"{self.fname}: {exc}")
 
     def local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
