@@ -54,6 +54,7 @@ class _Keys:
         self.fname = fname
         self.key = key
         self.ignore = ignore
+        self.param_names = tuple(inspect.signature(fn).parameters)
         self.normalize = ArgNormalizer(fn, ignore)
         self.shape = self.normalize.positional_fast_path if key is None else None
         self.first_default, self.nparams, self.defaults = (
@@ -72,7 +73,7 @@ class _Keys:
     def _unkeyable(self, values: tuple[Any, ...], exc: KeyError_) -> KeyError_:
         """``exc`` again, naming the argument it is about."""
         names = (["the key= function's result"] if self.key is not None else
-                 [n for n in self.normalize.param_names if n not in self.ignore])
+                 [n for n in self.param_names if n not in self.ignore])
         if len(names) == len(values):
             for name, value in zip(names, values, strict=True):
                 try:
