@@ -7,7 +7,12 @@ that needs them is used.
 from cachekit._version import __version__
 from cachekit.cache import Cache
 from cachekit.serialization import SerializationError
-from cachekit.telemetry import CacheStats, StatsLogger, register_prometheus
+from cachekit.telemetry import (
+    CacheStats,
+    StatsLogger,
+    register_prometheus,
+    unregister_prometheus,
+)
 from cachekit.types import CacheKey, LookupResult, Status
 
 __all__ = [
@@ -20,4 +25,5 @@ __all__ = [
     "Status",
     "__version__",
     "register_prometheus",
+    "unregister_prometheus",
 ]

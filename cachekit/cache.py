@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cachekit.decorators import CachedFunction, make_cached
 from cachekit.engine import Engine
 from cachekit.features import FeatureSet
+from cachekit.health import Health
 from cachekit.protocols import Clock, Serializer
 from cachekit.semantic.decorator import make_semantic
 from cachekit.telemetry import CacheStats
@@ -73,6 +74,9 @@ class Cache:
             version_refresh_s=version_refresh_s, refresh_workers=refresh_workers, clock=clock,
             random=random, key_prefix=key_prefix,
         )
+        if redis_url is not None or redis_cluster_url is not None:
+            # A wrong URL would only ever cost misses: say so once, with the cause and the fix.
+            self.engine.start_health_check()
 
     # ------------------------------------------------------------------ entry points
 
@@ -170,6 +174,12 @@ class Cache:
 
     def stats(self) -> CacheStats:
         return self.engine.stats()
+
+    def health(self, *, check: bool = False) -> Health:
+        """The shared tier's state: configured, reachable, last error (cause and fix) and circuit
+        breaker state; see :class:`cachekit.health.Health`. ``check=True`` reads from the shared
+        tier first (bounded by its timeouts), e.g. for a readiness probe."""
+        return self.engine.check_shared_tier() if check else self.engine.health()
 
     def refreshing(self) -> bool:
         """Whether a background refresh is under way (for tests and graceful shutdown)."""

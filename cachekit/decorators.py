@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cachekit.keys import ArgNormalizer, all_scalar, local_key, stable_digest
+from cachekit.keys import ArgNormalizer, KeyError_, all_scalar, local_key, stable_digest
 from cachekit.types import CacheKey, Found, LookupResult, Status, StoreItem
+from cachekit.validation import check_fraction, check_seconds
 
 if TYPE_CHECKING:
     from cachekit.cache import Cache
@@ -52,6 +53,8 @@ class _Keys:
         self.engine = engine
         self.fname = fname
         self.key = key
+        self.ignore = ignore
+        self.param_names = tuple(inspect.signature(fn).parameters)
         self.normalize = ArgNormalizer(fn, ignore)
         self.shape = self.normalize.positional_fast_path if key is None else None
         self.first_default, self.nparams, self.defaults = (
@@ -67,8 +70,27 @@ class _Keys:
             return (self.key(*args, **kwargs),)
         return self.normalize(args, kwargs)
 
+    def _unkeyable(self, values: tuple[Any, ...], exc: KeyError_) -> KeyError_:
+        """``exc`` again, naming the argument it is about."""
+        names = (["the key= function's result"] if self.key is not None else
+                 [n for n in self.param_names if n not in self.ignore])
+        if len(names) == len(values):
+            for name, value in zip(names, values, strict=True):
+                try:
+                    stable_digest(value)
+                except KeyError_ as failed:
+                    shown = name if self.key is not None else f"argument {name!r}"
+                    return KeyError_(f"{self.fname}: {shown}: {failed}")
+        return KeyError_(f"{self.fname}: {exc}")
+
     def local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         """The local key, and the stable digest when it had to be computed anyway."""
+        try:
+            return self._local(args, kwargs)
+        except KeyError_ as exc:
+            raise self._unkeyable(self._values(args, kwargs), exc) from exc
+
+    def _local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         types: tuple[type, ...] | None = None
         if not kwargs and self.key is None and self.first_default <= len(args) <= self.nparams:
             values: tuple[Any, ...] = args + self.defaults[len(args):]
@@ -214,12 +236,28 @@ def _validate(fn: Callable[..., Any], ttl: Any, stale_ttl: float, jitter: float,
               key: Callable[..., Any] | None, ignore: tuple[str, ...]) -> None:
     if not callable(fn):
         raise TypeError("@cache.cached decorates a function")
-    if stale_ttl < 0 or not 0.0 <= jitter < 1.0:
-        raise ValueError("stale_ttl must be >= 0 and jitter in [0, 1)")
-    if ttl is not None and not callable(ttl) and ttl <= 0:
-        raise ValueError(f"ttl must be positive, got {ttl!r}")
+    check_seconds("ttl", ttl, allow_callable=True)
+    check_seconds("stale_ttl", stale_ttl, allow_none=False, allow_zero=True)
+    check_fraction("jitter", jitter)
     if key is not None and ignore:
         raise ValueError("give key= or ignore=, not both")
+
+
+#: First parameters that make a function a method: left out of its key by default.
+METHOD_RECEIVERS = ("self", "cls")
+
+
+def _method_ignore(fn: Callable[..., Any], key: Callable[..., Any] | None,
+                   ignore: tuple[str, ...]) -> tuple[str, ...]:
+    """``ignore`` plus the receiver of a method: an instance (or class) is rarely keyable, and
+    its identity would differ in every process. Results that depend on the instance say so
+    with ``key=`` (docs/exact.md)."""
+    if key is not None:
+        return ignore
+    params = list(inspect.signature(fn).parameters)
+    if params and params[0] in METHOD_RECEIVERS and params[0] not in ignore:
+        return (params[0], *ignore)
+    return ignore
 
 
 def make_cached(
@@ -241,7 +279,7 @@ def make_cached(
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
         fname = f"{fname}@{version}"
-    keys = _Keys(engine, fn, fname, key, ignore)
+    keys = _Keys(engine, fn, fname, key, _method_ignore(fn, key, ignore))
     calls = _Calls(engine, fn, keys, ttl=ttl, stale_ttl=stale_ttl, jitter=jitter,
                    cache_none=cache_none, version=version)
     if inspect.iscoroutinefunction(fn):
@@ -269,7 +307,7 @@ def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _C
 
     def lookup(*args: Any, **kwargs: Any) -> LookupResult:
         k = keys.full(args, kwargs)
-        return calls.result(k, engine.lookup_one(k))
+        return calls.result(k, engine.lookup_one(k, probe=True))
 
     w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
     return w
@@ -301,7 +339,7 @@ def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _
 
     async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
         k = keys.full(args, kwargs)
-        return calls.result(k, await engine.alookup_one(k))
+        return calls.result(k, await engine.alookup_one(k, probe=True))
 
     w: Any = wrapper
     w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup

@@ -21,9 +21,11 @@ UNRELATED = "How do I change a flat tyre on a bicycle?"
 
 
 def _ms(value: float | None) -> str:
-    """A latency for people: three significant digits, µs below a millisecond."""
+    """A latency for people: three significant digits, µs below a millisecond, s above 1000."""
     if value is None:
         return "-"
+    if value >= 1000.0:
+        return f"{value / 1e3:.3g} s"
     return f"{value * 1e3:.3g} µs" if value < 1.0 else f"{value:.3g} ms"
 
 
@@ -57,10 +59,14 @@ def run_demo(semantic: bool = True) -> int:
             for question, _ in QUESTIONS:
                 answer(question, model="gpt-4o-mini")
             for _, paraphrase in QUESTIONS:
+                # lookup() only asks (counted as a probe); the call after it is served.
                 r = answer.lookup(paraphrase, model="gpt-4o-mini")
+                ran = len(model_calls)
+                answer(paraphrase, model="gpt-4o-mini")
+                served = "served from cache" if len(model_calls) == ran else "model ran"
                 shown = f"{r.similarity:.3f}" if r.similarity is not None else "-"
                 print(f"  {paraphrase!r}\n    -> {r.status.value} (similarity {shown})"
-                      f" from {r.matched_text!r}")
+                      f" from {r.matched_text!r}: {served}")
             other_model = answer.lookup(QUESTIONS[0][1], model="gpt-4.1")
             print(f"  same paraphrase, model gpt-4.1 -> {other_model.status.value} (scope)")
             near = answer.lookup(NEAR_MISS, model="gpt-4o-mini")
@@ -75,14 +81,18 @@ def run_demo(semantic: bool = True) -> int:
         ok = True
 
     s = cache.stats()
-    print("== telemetry")
-    print(f"  hits={s.hits} misses={s.misses} hit_rate={s.hit_rate:.2f} "
-          f"calls_saved={s.calls_saved} time_saved={s.time_saved_s * 1e3:.1f} ms")
+    print("== telemetry (calls only; lookup() probes are counted apart)")
+    print(f"  calls served from cache={s.hits + s.stale_hits} computed={s.misses} "
+          f"hit_rate={s.hit_rate:.2f} time_saved={s.time_saved_s * 1e3:.1f} ms "
+          f"probes={s.probes}")
     l1 = s.tiers["l1"]
     print(f"  l1: hits={l1.hits} misses={l1.misses} p50={_ms(l1.latency.p50_ms)}")
     for name, section in s.extra.items():
         if name.startswith("semantic:"):
-            print(f"  semantic: lookups={section['lookups']} semantic_hits="
-                  f"{section['semantic_hits']} embed p50={section['embed_p50_ms']:.1f} ms "
-                  f"search p50={section['search_p50_ms']:.2f} ms policy={section['policy']}")
+            print(f"  semantic: calls={section['lookups']} exact_hits={section['exact_hits']} "
+                  f"semantic_hits={section['semantic_hits']} probes={section['probes']} "
+                  f"policy={section['policy']}")
+            print(f"    model load={_ms(section['model_load_ms'])} "
+                  f"embed p50={_ms(section['embed_p50_ms'])} "
+                  f"search p50={_ms(section['search_p50_ms'])}")
     return 0 if ok else 1

