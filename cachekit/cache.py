@@ -753,3 +753,11 @@ class Cache:
     def refreshing(self) -> bool:
         """Whether a background refresh is under way (for tests and graceful shutdown)."""
         return bool(self._refreshing)
+
+    def feedback(self, result: LookupResult, *, correct: bool) -> bool:
+        """Record a user's verdict on a semantic hit (``result`` from ``fn.lookup`` or a
+        proxy). A wrong one demotes the entry that answered and, once refuted repeatedly,
+        evicts it; see docs/hit-quality.md. Returns whether a semantic tier knew the hit."""
+        from cachekit.semantic.arbiter import report_feedback
+
+        return report_feedback(self, result, correct)

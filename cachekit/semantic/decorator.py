@@ -208,11 +208,12 @@ def _make(
                                 age_s=clock() - found.env.created_at)
         return None
 
-    def semantic_result(k: CacheKey, m: Match) -> LookupResult:
+    def semantic_result(k: CacheKey, m: Match, t: str) -> LookupResult:
         entry = m.entry
         if entry is not None and m.similarity is not None:
             env = tier.decode(entry)
             if env is not None:
+                tier.arbiter.served(k.remote, entry.scope, t, entry, m.similarity)
                 tier.semantic_hits += 1
                 tier.record_hit(m.similarity)
                 tel.hits += 1
@@ -265,7 +266,7 @@ def _make(
                 m = tier.search(scope_key, t)
             except Exception as exc:
                 return search_failed(k, exc), k, scope_key, t
-            return semantic_result(k, m), k, scope_key, t
+            return semantic_result(k, m, t), k, scope_key, t
 
         def store_many(items: list[tuple[CacheKey, str, str, Any]]) -> int:
             kept = [it for it in items if storable(it[3])]
@@ -288,6 +289,7 @@ def _make(
             t0 = time.perf_counter()
             value = fn(*args, **kwargs)
             note_compute(time.perf_counter() - t0)
+            tier.arbiter.computed(scope_key, t, value)  # checks an exploration
             store_many([(k, scope_key, t, value)])
             return value
 
@@ -346,7 +348,7 @@ def _make(
                     m = await asyncio.to_thread(tier.search, scope_key, t)
             except Exception as exc:
                 return search_failed(k, exc), k, scope_key, t
-            return semantic_result(k, m), k, scope_key, t
+            return semantic_result(k, m, t), k, scope_key, t
 
         async def astore_many(items: list[tuple[CacheKey, str, str, Any]]) -> int:
             kept = [it for it in items if storable(it[3])]
@@ -371,6 +373,8 @@ def _make(
             t0 = time.perf_counter()
             value = await fn(*args, **kwargs)
             note_compute(time.perf_counter() - t0)
+            if tier.arbiter.pending(scope_key, t):  # a comparator may embed: not on the loop
+                await asyncio.to_thread(tier.arbiter.computed, scope_key, t, value)
             await astore_many([(k, scope_key, t, value)])
             return value
 
