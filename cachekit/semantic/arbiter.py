@@ -34,13 +34,17 @@ _SERVED_MAX = 10_000
 
 
 class _Entry(Protocol):
-    id: int
-    scope: str
-    text: str
+    @property
+    def id(self) -> int: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def text(self) -> str: ...
 
 
 class _Envelope(Protocol):
-    value: Any
+    @property
+    def value(self) -> Any: ...
 
 
 class _Tier(Protocol):
@@ -92,7 +96,6 @@ class HitArbiter:
         self.verdicts = 0
         self.reports = 0
         self.evicted = 0
-        self.observe_misses = bool(getattr(policy, "observe_misses", False))
 
     @classmethod
     def attach(cls, tier: _Tier, policy: HitPolicy) -> HitArbiter:
@@ -130,10 +133,8 @@ class HitArbiter:
                 raise IndexError(f"policy chose candidate {j} of {len(cands)}")
             return offered[j]
         check = decision.explore
-        if check is None and self.observe_misses:
-            check = 0
         if check is not None and 0 <= check < len(cands):
-            self.explorations += decision.explore is not None
+            self.explorations += 1
             with self._lock:
                 self._pending[(scope, query)] = _Check(query, cands[check],
                                                        live[offered[check]][1])
@@ -233,7 +234,7 @@ class HitArbiter:
         _trim(self._stats, self._capacity)
 
     def summary(self) -> dict[str, int]:
-        return {"explorations": self.explorations, "verdicts": self.verdicts,
+        return {"policy_checks": self.explorations, "verdicts": self.verdicts,
                 "feedback_reports": self.reports, "feedback_evictions": self.evicted}
 
 

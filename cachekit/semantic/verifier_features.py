@@ -12,6 +12,7 @@ either could have come first), bounded, and cheap: a pair costs tens of microsec
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ def text_info(text: str) -> TextInfo:
     return TextInfo(
         words=frozenset(tokens),
         content=frozenset(content),
-        bigrams=frozenset(f"{a} {b}" for a, b in zip(content, content[1:], strict=False)),
+        bigrams=frozenset(f"{a} {b}" for a, b in itertools.pairwise(content)),
         char3=frozenset(joined[i : i + 3] for i in range(max(0, len(joined) - 2))),
         negations=sum(t in _NEGATIONS or t.endswith("n't") for t in tokens),
         numbers=frozenset(n.replace(",", "") for n in _NUMBER.findall(lowered)),
