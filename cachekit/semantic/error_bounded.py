@@ -87,6 +87,7 @@ class ErrorBoundedPolicy:
         self._lock = threading.Lock()
         self.a, self.b = 1.0, 0.0
         self.max_hit_error = max_hit_error
+        self.spend_upper = True
         # The error budget: max_error per lookup seen, spent by each hit's pessimistic chance of
         # being wrong.
         self.lookups = 0
@@ -137,7 +138,7 @@ class ErrorBoundedPolicy:
                 return Decision(explore=best)
             if self.rng.random() < max(self.explore_floor, upper - estimate):
                 return Decision(explore=best)
-            self.spent += upper
+            self.spent += upper if self.spend_upper else estimate
             self.served += 1
         return Decision(serve=best)
 
