@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cachekit.semantic.batcher import MicroBatcher
     from cachekit.semantic.error_bounded import EmbeddingComparator, ErrorBoundedPolicy
-    from cachekit.semantic.verifier import VerifiedPolicy
     from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
     from cachekit.semantic.tier import SemanticTier
+    from cachekit.semantic.verifier import VerifiedPolicy
 
 __all__ = [
     "DEFAULT_THRESHOLD",
