@@ -311,17 +311,27 @@ async def test_exploration_in_async_functions(closing: Any) -> None:
     assert policy.seen[-1][2] is False  # different answers
 
 
-def test_refuted_entries_are_demoted(closing: Any) -> None:
+class _E:
+    def __init__(self, id_: int, text: str, value: str) -> None:
+        self.id, self.scope, self.text, self.value = id_, "s", text, value
+
+
+def test_refuted_entries_are_demoted() -> None:
     policy = Recording()
-    answer = make(Cache(), closing, policy, fn=lambda p: p)  # every text its own answer
-    answer(STORED)
-    answer(CLOSE)  # explored: refuted at 0.913
-    assert policy.seen[-1][2] is False
-    offered_before = len(policy.offered)
-    answer.lookup("how do I reset my password ok")  # similar, not above the refuted bar
-    near = [c for c in policy.offered[-1] if c.text == STORED] if len(policy.offered) > \
-        offered_before else []
-    assert not near or near[0].similarity > 0.913
+    arb = HitArbiter(policy, decode=lambda e: e, evict=lambda s, t: False)
+    stored = _E(1, "stored", "its answer")
+    assert arb.choose("s", "q1", [(0.90, stored)]) is None  # explored
+    assert arb.computed("s", "q1", "another answer") is False
+    st = arb.stats_of(1)
+    assert (st.refuted, st.max_refuted_similarity) == (1, 0.90)
+    assert policy.seen[-1][1].stats.refuted == 1
+    offered = len(policy.offered)
+    assert arb.choose("s", "q2", [(0.85, stored)]) is None
+    assert len(policy.offered) == offered  # at or below its refuted similarity: not offered
+    arb.choose("s", "q3", [(0.95, stored)])
+    assert [c.similarity for c in policy.offered[-1]] == [0.95]
+    assert arb.computed("s", "q3", "its answer") is True
+    assert arb.stats_of(1).confirmed == 1
 
 
 def test_feedback_demotes_then_evicts(closing: Any) -> None:
@@ -332,10 +342,12 @@ def test_feedback_demotes_then_evicts(closing: Any) -> None:
     assert hit.status is Status.SEMANTIC_HIT
     assert cache.feedback(hit, correct=False) is True
     assert answer.lookup(CLOSE).status is Status.MISS  # demoted at its similarity
-    again = answer.lookup(STORED + " now please")
-    if again.status is Status.SEMANTIC_HIT:
-        cache.feedback(again, correct=False)
-        assert len(answer.tier) == 0  # refuted twice by users: evicted
+    again = answer.lookup("How do I reset my password?")  # same words: above the refuted bar
+    assert again.status is Status.SEMANTIC_HIT
+    assert cache.feedback(again, correct=False)
+    assert len(answer.tier) == 0  # refuted twice by users: evicted
+    assert answer.tier.stats()["feedback_evictions"] == 1
+    answer(STORED)
     assert cache.feedback(answer.lookup(STORED), correct=False) is False  # exact hits: not ours
     with pytest.raises(TypeError):
         cache.feedback(hit, correct="no")  # type: ignore[arg-type]

@@ -1,21 +1,24 @@
 """A hit policy with a bound on the rate of wrong hits, learned online (in the spirit of vCache).
 
-No threshold is given; a bound ``max_error`` (delta) on the probability that a served answer is
-wrong is. The policy learns, from the function's own answers, how the chance that a neighbour's
-answer is right grows with its score, and serves a neighbour only when a pessimistic estimate of
-that chance of being wrong is at most delta:
+No threshold is given; a bound ``max_error`` (delta) on wrong hits per lookup is. The policy
+learns, from the function's own answers, how the chance that a neighbour's answer is right grows
+with its score, and serves a neighbour only when a pessimistic estimate of its chance of being
+wrong fits in the error budget that delta allows:
 
 * **Score.** The candidate's cosine, or the verifier's log-odds when ``verifier=`` is given
   (``True`` for the packaged model).
 * **Model.** ``P(right | score) = sigmoid(a * z + b)``, fitted by Bayesian logistic regression
   (Laplace approximation, a weak prior) on every verdict so far, refitted every few verdicts.
-* **Decision.** Serve the best candidate when ``1 - sigmoid(mean - k * sd) <= max_error``
-  (``k`` = 1.645: the one-sided 95% bound). Otherwise it is a miss, and the function's fresh
-  answer is compared with the candidate's (the check is free: the function runs anyway).
-* **Exploration.** Even when it could serve, the policy computes instead, with a probability that
-  shrinks as the estimate tightens (``(upper - mean) / max_error``, at least ``explore_floor``),
-  so evidence keeps arriving from the region where it serves: that is what keeps the bound true
-  when the traffic drifts.
+* **Budget.** ``max_error`` is a rate of wrong hits per lookup: each lookup the policy sees adds
+  ``max_error`` to a budget, each hit spends its pessimistic chance of being wrong
+  (``1 - sigmoid(mean - k * sd)``, ``k`` = 1.645: the one-sided 95% bound). The best candidate is
+  served only if that fits in what is left (and is at most ``max_hit_error``). Otherwise it is a
+  miss, and the function's fresh answer is compared with the candidate's (the check is free: the
+  function runs anyway).
+* **Exploration.** Even when it could serve, the policy computes instead with a probability equal
+  to the estimate's looseness (``upper - mean``, at least ``explore_floor``), so evidence keeps
+  arriving from the region where it serves: that is what keeps the bound true when the traffic
+  drifts.
 * **Per entry.** An entry's answer refuted at similarity ``s`` is never served again at or
   below ``s`` (the tier's demotion), so each entry grows its own boundary from its verdicts.
 
@@ -87,7 +90,6 @@ class ErrorBoundedPolicy:
         self._lock = threading.Lock()
         self.a, self.b = 1.0, 0.0
         self.max_hit_error = max_hit_error
-        self.spend_upper = True
         # The error budget: max_error per lookup seen, spent by each hit's pessimistic chance of
         # being wrong.
         self.lookups = 0
@@ -138,7 +140,7 @@ class ErrorBoundedPolicy:
                 return Decision(explore=best)
             if self.rng.random() < max(self.explore_floor, upper - estimate):
                 return Decision(explore=best)
-            self.spent += upper if self.spend_upper else estimate
+            self.spent += upper
             self.served += 1
         return Decision(serve=best)
 
