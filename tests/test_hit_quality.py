@@ -390,3 +390,13 @@ def test_error_bounded_policy_through_the_cache(closing: Any) -> None:
                for i in range(20)]
     served = [r.value for r in results if r.status is Status.SEMANTIC_HIT]
     assert served and set(served) == {"A"}
+
+
+def test_verified_policy_through_the_cache(closing: Any) -> None:
+    cache = Cache()
+    answer = make(cache, closing, VerifiedPolicy(tiny_model(), prefilter=0.5), fn=lambda p: p)
+    answer(STORED)
+    assert answer.lookup(CLOSE).status is Status.SEMANTIC_HIT
+    negated = answer.lookup("how do I not reset my password please")
+    assert negated.status is Status.MISS and negated.similarity is not None
+    assert answer.tier.stats()["policy"].startswith("verified:")
