@@ -14,9 +14,17 @@ the same vectors the cache stores) and applies every threshold to it. The figure
 setting" come from real ``answer.lookup`` calls through ``Cache.semantic(threshold=None)``, and are
 checked against the sweep's prediction.
 
+Hit policies (``bench/_policies.py``): ``--policies`` adds the verified policy against the static
+thresholds on the test part of the fixed hash split (``cachekit train-verifier`` trains on
+``train`` and picks its operating point on ``tune``); ``--replay PREFIX`` replays a request log
+through the static thresholds, the verified policy and the error-bounded policy at delta
+0.01..0.07; ``--cost`` times the verifier per lookup against one bare torch encode.
+
 Examples::
 
     python bench/quality.py ../shared/data/qqp_pairs_dev.jsonl
+    python bench/quality.py ../shared/data/qqp_pairs_dev.jsonl --no-cache --policies \
+        --replay ../shared/data/replay_dev --cost --vectors /tmp/qqp_vectors.npy
     python bench/quality.py ../shared/data/qqp_pairs_dev.jsonl --backend onnx --compare torch
 """
 
@@ -37,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import _policies  # type: ignore[import-not-found]
 import numpy as np
 
 from cachekit.semantic.embedder import CachedEmbedder, SentenceTransformerEmbedder
@@ -255,6 +264,27 @@ def default_threshold() -> float | None:
     return float(DEFAULT_THRESHOLD)
 
 
+def run_policies(args: argparse.Namespace, pairs: list[Pair],
+                 vectors: dict[str, np.ndarray]) -> None:
+    if not (args.policies or args.replay or args.cost):
+        return
+    from cachekit.semantic.verifier import VerifierModel
+
+    model = VerifierModel.load(args.verifier_model)
+    rows = [_policies.Row(p.line, p.query, p.cached, p.duplicate) for p in pairs]
+    source = args.verifier_model or "packaged"
+    print(f"\n# verifier model: {source} ({model.info.get('train_pairs')} train pairs, "
+          f"operating point p >= {model.threshold:.2f})")
+    if args.policies:
+        _policies.qqp_policies(rows, vectors, model)
+    if args.replay:
+        _policies.replay_policies(args.replay, vectors, model)
+    if args.cost:
+        torch_embedder = SentenceTransformerEmbedder(backend="torch")
+        torch_embedder.load()
+        _policies.verifier_cost(rows, vectors, model, lambda t: torch_embedder.embed([t]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pairs", type=Path, help="labelled pairs (JSON lines: query, cached, duplicate)")
@@ -272,6 +302,15 @@ def main() -> None:
         action="store_true",
         help="skip the real lookups through Cache.semantic (sweep only)",
     )
+    p.add_argument("--policies", action="store_true",
+                   help="verified policy vs static thresholds on the hash split's test part")
+    p.add_argument("--replay", default=None, metavar="PREFIX",
+                   help="replay PREFIX.input.jsonl with PREFIX.truth.jsonl through the policies")
+    p.add_argument("--cost", action="store_true", help="verifier time per lookup vs one encode")
+    p.add_argument("--verifier-model", default=None,
+                   help="verifier model file or directory (default: the packaged one)")
+    p.add_argument("--vectors", type=Path, default=None,
+                   help="cache of embeddings (.npy + .json beside it), reused when present")
     args = p.parse_args()
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
 
@@ -289,9 +328,17 @@ def main() -> None:
     results: dict[str, dict[int, tuple[float, int]]] = {}
     embedders: dict[str, CachedEmbedder] = {}
     vectors_by_backend: dict[str, dict[str, np.ndarray]] = {}
+    replay = _policies.load_replay(args.replay) if args.replay else []
     for backend in [args.backend] + ([args.compare] if args.compare else []):
         embedder = make_embedder(backend)
-        vectors, secs = embed_all(embedder, [q.cached for q in pairs] + [q.query for q in pairs])
+        texts = [q.cached for q in pairs] + [q.query for q in pairs] + [r[1] for r in replay]
+        stored = _policies.load_vectors(args.vectors) if backend == args.backend else None
+        if stored is not None and all(t in stored for t in texts):
+            vectors, secs = stored, 0.0
+        else:
+            vectors, secs = embed_all(embedder, texts)
+            if backend == args.backend:
+                _policies.save_vectors(args.vectors, vectors)
         print(f"# {embedder.name}: embedded {len(vectors)} distinct texts in {secs:.1f}s")
         results[backend] = top1(pairs, contents, vectors)
         vectors_by_backend[backend] = vectors
@@ -364,6 +411,7 @@ def main() -> None:
         ca = choose_threshold(tune, other)
         print(f"({args.compare} alone would choose {ca.threshold:.2f} on TUNE)")
 
+    run_policies(args, pairs, vectors_by_backend[args.backend])
     if args.no_cache:
         return
     default = default_threshold()

@@ -17,6 +17,7 @@ from cachekit.engine import Engine
 from cachekit.features import FeatureSet
 from cachekit.health import Health
 from cachekit.protocols import Clock, Serializer
+from cachekit.semantic.arbiter import report_feedback
 from cachekit.semantic.decorator import make_semantic
 from cachekit.telemetry import CacheStats
 from cachekit.types import CacheKey, LookupResult, Status
@@ -241,6 +242,13 @@ class Cache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+    def feedback(self, result: LookupResult, *, correct: bool) -> bool:
+        """Record a user's verdict on a semantic hit (``result`` from ``fn.lookup`` or a served
+        call's result). A wrong one demotes the entry that answered and, once refuted
+        repeatedly, evicts it; see docs/hit-quality.md. Returns whether a semantic tier of this
+        cache knew the hit."""
+        return report_feedback(self.engine, result, correct)
 
 def _redis_tier(
     url: str | None,

@@ -23,7 +23,32 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cli.add_parser(sub)
     serve_cli.add_arguments(sub.add_parser(
         "serve", help="run the OpenAI-compatible caching proxy (needs the proxy extra)"))
+    _add_train_verifier(sub)
     return parser
+
+
+def _add_train_verifier(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tv = sub.add_parser(
+        "train-verifier",
+        help="train the semantic hit verifier on labelled pairs (docs/hit-quality.md)",
+        description="Fit the verifier on the train part of PAIRS (JSON lines: query, cached, "
+        "duplicate), pick its operating point on the tune part; the test part is not read.",
+    )
+    tv.add_argument("pairs", help="labelled pairs, JSON lines {query, cached, duplicate}")
+    tv.add_argument("--out", default="verifier-model", help="directory to write verifier.json")
+    tv.add_argument("--target-precision", type=float, default=0.80,
+                    help="share of judgeable hits that must be right at the operating point")
+
+
+def _train_verifier(args: argparse.Namespace) -> int:
+    from cachekit.semantic.verifier import train_verifier
+
+    try:
+        train_verifier(args.pairs, args.out, target_precision=args.target_precision)
+    except (OSError, ValueError) as exc:
+        print(f"cachekit train-verifier: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         return serve_cli.serve(config)
+    if args.command == "train-verifier":
+        return _train_verifier(args)
     # No command is a usage error, as argparse's own are: exit 2, help on stderr.
     parser.print_help(sys.stderr)
     return 2

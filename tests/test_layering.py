@@ -49,6 +49,8 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.persistence": MECHANISMS,
     "cachekit.semantic.policy": MECHANISMS,
     "cachekit.semantic.verifier": MECHANISMS,
+    "cachekit.semantic.verifier_features": MECHANISMS,
+    "cachekit.semantic.error_bounded": MECHANISMS,
     "cachekit.semantic.testing": MECHANISMS,
     "cachekit.engine": ENGINE,
     "cachekit.decorators": ENTRY_POINTS,

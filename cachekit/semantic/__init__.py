@@ -3,7 +3,9 @@
 Use it through :meth:`cachekit.Cache.semantic` (see ``docs/semantic.md``). The pieces:
 
 * :mod:`cachekit.semantic.policy`: :class:`HitPolicy`, :class:`ThresholdPolicy`,
-  ``DEFAULT_THRESHOLD``: which neighbour may answer;
+  ``DEFAULT_THRESHOLD``: which neighbour may answer; :class:`VerifiedPolicy`
+  (:mod:`~cachekit.semantic.verifier`) and :class:`ErrorBoundedPolicy`
+  (:mod:`~cachekit.semantic.error_bounded`) are stricter ones (``docs/hit-quality.md``);
 * :mod:`cachekit.semantic.tier`: :class:`SemanticTier`: entries, expiry, capacity, Redis sharing;
 * :mod:`cachekit.semantic.batcher`: :class:`MicroBatcher`: concurrent lookups share one call;
 * :mod:`cachekit.semantic.embedder`, :mod:`cachekit.semantic.index`: the mechanisms;
@@ -20,10 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cachekit.semantic.batcher import MicroBatcher
+    from cachekit.semantic.error_bounded import EmbeddingComparator, ErrorBoundedPolicy
     from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
     from cachekit.semantic.tier import SemanticTier
+    from cachekit.semantic.verifier import VerifiedPolicy
 
-__all__ = ["DEFAULT_THRESHOLD", "HitPolicy", "MicroBatcher", "SemanticTier", "ThresholdPolicy"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "EmbeddingComparator",
+    "ErrorBoundedPolicy",
+    "HitPolicy",
+    "MicroBatcher",
+    "SemanticTier",
+    "ThresholdPolicy",
+    "VerifiedPolicy",
+]
 
 _LAZY = {
     "DEFAULT_THRESHOLD": "cachekit.semantic.policy",
@@ -31,6 +44,9 @@ _LAZY = {
     "ThresholdPolicy": "cachekit.semantic.policy",
     "MicroBatcher": "cachekit.semantic.batcher",
     "SemanticTier": "cachekit.semantic.tier",
+    "ErrorBoundedPolicy": "cachekit.semantic.error_bounded",
+    "EmbeddingComparator": "cachekit.semantic.error_bounded",
+    "VerifiedPolicy": "cachekit.semantic.verifier",
 }
 
 

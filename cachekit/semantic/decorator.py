@@ -275,12 +275,15 @@ class _SemanticCalls:
         self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote)
 
-    def _semantic(self, k: CacheKey, m: Match, probe: bool) -> LookupResult:
+    def _semantic(self, k: CacheKey, m: Match, probe: bool, t: str) -> LookupResult:
         tier = self.tier
         entry = m.entry
         if entry is not None and m.similarity is not None:
             env = tier.decode(entry)
             if env is not None:
+                # The arbiter remembers which entry answered under this key, so a verdict on the
+                # result (cache.feedback) reaches the entry and the policy.
+                tier.arbiter.served(k.remote, entry.scope, t, entry, m.similarity)
                 if probe:
                     # The engine counted this probe with its exact miss; now it found something.
                     tier.probe_hits += 1
@@ -346,7 +349,7 @@ class _SemanticCalls:
             m = yield ("search", (scope_key, t))
         except Exception as exc:
             return self._search_failed(k, exc, probe), k, scope_key, t
-        return self._semantic(k, m, probe), k, scope_key, t
+        return self._semantic(k, m, probe, t), k, scope_key, t
 
     def store_core(self, items: Sequence[_Item]) -> Core[int]:
         """Exact entries (``store``), then semantic entries for the ones stored
@@ -365,6 +368,7 @@ class _SemanticCalls:
         t0 = time.perf_counter()
         value = yield ("fn", (args, kwargs))
         self._computed(time.perf_counter() - t0)
+        yield ("checked", (scope_key, t, value))  # settles an exploration of the hit policy
         yield from self.store_core([(k, scope_key, t, value)])
         return value
 
@@ -392,6 +396,7 @@ class _SemanticCalls:
             "store": engine.store_many,
             "add_semantic": self.add_semantic,
             "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "checked": tier.arbiter.computed,
             "flight": lambda k, core: engine.single_flight(k, lambda: drive(core, self._ops)),
             "delete": engine.delete_many,
             "unindex": tier.invalidate,
@@ -407,6 +412,7 @@ class _SemanticCalls:
             # Embedding and index work is CPU work of milliseconds: never on the event loop.
             "add_semantic": lambda items, ttl: asyncio.to_thread(self.add_semantic, items, ttl),
             "fn": lambda args, kwargs: self.fn(*args, **kwargs),
+            "checked": self._achecked,
             "flight": lambda k, core: engine.asingle_flight(k, lambda: adrive(core, self._aops)),
             "delete": engine.adelete_many,
             "unindex": lambda scope_key, t: asyncio.to_thread(tier.invalidate, scope_key, t),
@@ -417,6 +423,11 @@ class _SemanticCalls:
 
     async def arun(self, core: Core[T]) -> T:
         return await adrive(core, self._aops)
+
+    async def _achecked(self, scope_key: str, t: str, value: Any) -> None:
+        arbiter = self.tier.arbiter
+        if arbiter.pending(scope_key, t):  # a comparator may embed: not on the event loop
+            await asyncio.to_thread(arbiter.computed, scope_key, t, value)
 
     async def _asearch(self, scope_key: str, t: str) -> Match:
         batcher = self.tier.batcher

@@ -1,17 +1,40 @@
 """Semantic hit policies: which neighbour may answer for a request.
 
 A false semantic hit serves the answer to a *different* question, so the decision is its own
-component rather than a constant buried in the lookup. The tier asks the policy about each
-nearest candidate (best first) and serves the first one it accepts; a policy can therefore look
-at the texts as well as the score, and a stricter policy can be layered over this protocol.
+component rather than a constant buried in the lookup. The tier offers a policy the nearest live
+candidates of the request's scope at once (best first, each with its similarity, entry id and
+that entry's own record: how often it answered, how often its answer was confirmed or refuted)
+and the policy answers with a :class:`Decision`: which candidate to serve, if any, and which one
+to check against the function's fresh answer (an *exploration*). What the check finds, and what
+users report through ``cache.feedback``, comes back to the policy through ``observe``.
+
+Two shapes are accepted:
+
+* :class:`HitPolicy`: ``decide(query, candidates) -> Decision`` and ``observe(...)``;
+* the older :class:`AcceptPolicy`: ``accept(similarity, query, candidate) -> bool``, asked about
+  each candidate in turn (the first accepted one answers). :func:`resolve_policy` wraps it.
+
+:class:`ThresholdPolicy` implements both.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_THRESHOLD", "HitPolicy", "ThresholdPolicy", "resolve_policy"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "AcceptPolicy",
+    "AcceptPolicyAdapter",
+    "Candidate",
+    "Decision",
+    "EntryStats",
+    "HitPolicy",
+    "ThresholdPolicy",
+    "resolve_policy",
+]
 
 #: Cosine similarity above which :class:`ThresholdPolicy` accepts a neighbour by default.
 #: Chosen on labelled question pairs (bench/quality.py, QQP dev, all-MiniLM-L6-v2, seeded 50/50
@@ -23,14 +46,71 @@ __all__ = ["DEFAULT_THRESHOLD", "HitPolicy", "ThresholdPolicy", "resolve_policy"
 DEFAULT_THRESHOLD = 0.92
 
 
+@dataclass(frozen=True, slots=True)
+class EntryStats:
+    """What one stored entry has done so far (kept beside the entry, per process).
+
+    ``confirmed``/``refuted``: checks of its answer against a neighbour's fresh answer (an
+    exploration, a miss whose function ran, or a user's verdict) that agreed / disagreed.
+    ``max_refuted_similarity``: the highest similarity at which its answer was wrong for
+    another request; a less similar request is no likelier to be right.
+    """
+
+    served: int = 0
+    confirmed: int = 0
+    refuted: int = 0
+    reported_wrong: int = 0
+    max_refuted_similarity: float | None = None
+
+
+NO_STATS = EntryStats()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A stored entry offered to a policy: its text, its similarity to the query (cosine of the
+    embeddings, ``-1..1``), its id (stable across processes) and its own record."""
+
+    entry_id: int
+    text: str
+    similarity: float
+    stats: EntryStats = NO_STATS
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``serve``: index of the candidate that answers (None: a miss, the function runs).
+    ``explore``: index of a candidate whose answer is compared with the function's fresh one
+    (only meaningful when nothing is served); the outcome reaches ``observe``."""
+
+    serve: int | None = None
+    explore: int | None = None
+
+
+MISS = Decision()
+
+
 @runtime_checkable
 class HitPolicy(Protocol):
-    """Decides whether a stored entry may answer a query.
+    """Decides which, if any, of a scope's nearest entries may answer a query.
 
-    ``similarity`` is the cosine similarity of the two texts' embeddings (``-1..1``); ``query``
-    is the text being looked up and ``candidate`` the stored entry's text. Both are in the same
-    scope already: a policy never has to (and cannot) widen the scope.
+    ``candidates`` are live entries of the query's scope, best similarity first (at most the
+    tier's ``candidates``, 4 by default; never empty). A policy never has to (and cannot) widen
+    the scope. ``observe`` is told whether ``candidate``'s answer was right for ``query``; a
+    policy that does not learn ignores it.
     """
+
+    @property
+    def name(self) -> str: ...
+
+    def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision: ...
+
+    def observe(self, query: str, candidate: Candidate, correct: bool) -> None: ...
+
+
+@runtime_checkable
+class AcceptPolicy(Protocol):
+    """The one-candidate-at-a-time policy shape (still accepted everywhere a policy is)."""
 
     @property
     def name(self) -> str: ...
@@ -53,8 +133,45 @@ class ThresholdPolicy:
     def accept(self, similarity: float, query: str, candidate: str) -> bool:
         return similarity >= self.threshold
 
+    def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        for i, c in enumerate(candidates):
+            if c.similarity >= self.threshold:
+                return Decision(serve=i)
+        return MISS
+
+    def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
+        """A static threshold learns nothing (the tier still demotes refuted entries)."""
+
     def __repr__(self) -> str:
         return f"ThresholdPolicy({self.threshold!r})"
+
+
+class AcceptPolicyAdapter:
+    """Runs an :class:`AcceptPolicy` as a :class:`HitPolicy`: each candidate in turn, best
+    first, the first accepted one answers."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: AcceptPolicy) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.inner, "name", repr(self.inner)))
+
+    def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        for i, c in enumerate(candidates):
+            if self.inner.accept(c.similarity, query, c.text):
+                return Decision(serve=i)
+        return MISS
+
+    def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
+        observe = getattr(self.inner, "observe", None)
+        if callable(observe):
+            observe(query, candidate, correct)
+
+    def __repr__(self) -> str:
+        return f"AcceptPolicyAdapter({self.inner!r})"
 
 
 def validate_threshold(threshold: object) -> float:
@@ -69,15 +186,24 @@ def validate_threshold(threshold: object) -> float:
     return value
 
 
-def resolve_policy(threshold: float | None, policy: HitPolicy | None) -> HitPolicy:
+def as_hit_policy(policy: object) -> HitPolicy:
+    """``policy`` as a :class:`HitPolicy` (an :class:`AcceptPolicy` is wrapped)."""
+    if callable(getattr(policy, "decide", None)):
+        if not callable(getattr(policy, "observe", None)):
+            raise TypeError(f"policy {type(policy).__name__} has decide() but no observe()")
+        return policy  # type: ignore[return-value]
+    if callable(getattr(policy, "accept", None)):
+        return AcceptPolicyAdapter(policy)  # type: ignore[arg-type]
+    raise TypeError(
+        "policy must have decide(query, candidates) -> Decision and observe(...), or "
+        f"accept(similarity, query, candidate) -> bool; got {type(policy).__name__}"
+    )
+
+
+def resolve_policy(threshold: float | None, policy: object | None) -> HitPolicy:
     """The policy for ``threshold=`` / ``policy=`` as given to ``cache.semantic``."""
     if policy is not None:
         if threshold is not None:
             raise ValueError("give threshold= or policy=, not both")
-        if not callable(getattr(policy, "accept", None)):
-            raise TypeError(
-                "policy must have accept(similarity, query, candidate) -> bool, "
-                f"got {type(policy).__name__}"
-            )
-        return policy
+        return as_hit_policy(policy)
     return ThresholdPolicy(DEFAULT_THRESHOLD if threshold is None else threshold)

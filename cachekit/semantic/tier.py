@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
+from cachekit.semantic.arbiter import HitArbiter
 from cachekit.semantic.batcher import MicroBatcher
 from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StoredEntry
 from cachekit.semantic.policy import HitPolicy
@@ -137,6 +138,7 @@ class SemanticTier:
         self.policy = policy
         self.ttl = ttl
         self.capacity = capacity
+        self.arbiter = HitArbiter.attach(self, policy)  # candidates, per-entry records, verdicts
         self.candidates = candidates
         self._embedder_factory = embedder
         self._embedder: Embedder | None = None
@@ -289,26 +291,27 @@ class SemanticTier:
     def _decide(
         self, text: str, scope: str, scores: np.ndarray, ids: np.ndarray, now: float, version: int
     ) -> Match:
-        best: float | None = None
+        live: list[tuple[float, SemanticEntry]] = []
         for score, id_ in zip(scores.tolist(), ids.tolist(), strict=True):
             if id_ == -1:
                 break
             entry = self._entries.get(id_)
             if entry is None or entry.scope != scope or not entry.live(now, version):
                 continue  # removed since the search, or expired and not yet purged
-            if best is None:
-                best = score
-            try:
-                accepted = self.policy.accept(score, text, entry.text)
-            except Exception:
-                # A failing policy must not answer, nor fail the other callers in the batch.
-                self.errors += 1
-                log.warning("cachekit: hit policy %r failed; treated as a miss",
-                            self.policy, exc_info=True)
-                return Match(best, None)
-            if accepted:
-                return Match(score, entry)
-        return Match(best, None)
+            live.append((score, entry))
+        if not live:
+            return Match(None, None)
+        try:
+            chosen = self.arbiter.choose(scope, text, live)
+        except Exception:
+            # A failing policy must not answer, nor fail the other callers in the batch.
+            self.errors += 1
+            log.warning("cachekit: hit policy %r failed; treated as a miss",
+                        self.policy, exc_info=True)
+            return Match(live[0][0], None)
+        if chosen is None:
+            return Match(live[0][0], None)
+        return Match(*live[chosen])
 
     def record_hit(self, similarity: float) -> None:
         self._similarities.append(similarity)
@@ -637,6 +640,7 @@ class SemanticTier:
             "redis_sync_lag_p50_ms": ms(self.sync_lag, 0.5),
             "redis_sync_lag_p99_ms": ms(self.sync_lag, 0.99),
             "resyncs": self.resyncs,
+            **self.arbiter.summary(),
         }
 
     # ------------------------------------------------------------------ lifecycle

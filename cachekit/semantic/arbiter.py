@@ -1,0 +1,268 @@
+"""Between the semantic tier and its hit policy: candidates, per-entry records, verdicts.
+
+One :class:`HitArbiter` per semantic tier. On a lookup it turns the tier's live neighbours into
+:class:`~cachekit.semantic.policy.Candidate` s (each with its entry's own record), asks the policy,
+and remembers what must be checked once the function has run: an exploration, or (for policies
+that learn from every miss) the nearest rejected candidate. When the function's fresh answer
+arrives (:meth:`HitArbiter.computed`) it is compared with the candidate's by the policy's
+comparator and the verdict goes back to the policy and into the entry's record. Semantic hits are
+remembered by their result key, so ``cache.feedback(result, correct=False)`` can find the entry
+that answered, demote it and, once users have refuted it ``evict_after`` times, evict it.
+
+Demotion is the same for every policy: an entry refuted at similarity ``s`` is not offered again
+for requests at ``s`` or below (they are no likelier to be right).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy
+
+__all__ = ["HitArbiter", "equal_values", "report_feedback"]
+
+log = logging.getLogger("cachekit.semantic")
+
+_PENDING_MAX = 10_000
+_SERVED_MAX = 10_000
+
+
+class _Entry(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
+
+class _Envelope(Protocol):
+    @property
+    def value(self) -> Any: ...
+
+
+class _Tier(Protocol):
+    engine: Any
+    capacity: int
+
+    def decode(self, entry: Any) -> _Envelope | None: ...
+    def invalidate(self, scope: str, text: str) -> bool: ...
+
+
+def equal_values(a: Any, b: Any) -> bool:
+    """The default comparator: the fresh answer equals the stored one."""
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. numpy arrays: ambiguous truth value
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    query: str
+    candidate: Candidate
+    entry: Any
+
+
+class HitArbiter:
+    """See the module docstring. Thread-safe: lookups run on the batching thread, verdicts arrive
+    from callers' threads."""
+
+    def __init__(
+        self,
+        policy: HitPolicy,
+        *,
+        decode: Callable[[Any], _Envelope | None],
+        evict: Callable[[str, str], bool],
+        capacity: int = 100_000,
+        evict_after: int = 2,
+    ) -> None:
+        self.policy = policy
+        self._decode = decode
+        self._evict = evict
+        self._capacity = max(1, capacity)
+        self.evict_after = evict_after
+        self._lock = threading.Lock()
+        self._stats: OrderedDict[int, EntryStats] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, str], _Check] = OrderedDict()
+        self._served: OrderedDict[str, _Check] = OrderedDict()
+        self.explorations = 0
+        self.verdicts = 0
+        self.reports = 0
+        self.evicted = 0
+
+    @classmethod
+    def attach(cls, tier: _Tier, policy: HitPolicy) -> HitArbiter:
+        """The arbiter of ``tier``, registered with its cache's engine for ``cache.feedback``."""
+        arbiter = cls(policy, decode=tier.decode, evict=tier.invalidate,
+                      capacity=tier.capacity)
+        _register(tier.engine, arbiter)
+        return arbiter
+
+    # ------------------------------------------------------------------ lookups
+
+    def stats_of(self, entry_id: int) -> EntryStats:
+        with self._lock:
+            return self._stats.get(entry_id, NO_STATS)
+
+    def choose(self, scope: str, query: str,
+               live: Sequence[tuple[float, _Entry]]) -> int | None:
+        """Index into ``live`` of the entry that answers ``query``, or None (a miss)."""
+        offered: list[int] = []
+        cands: list[Candidate] = []
+        with self._lock:
+            for i, (score, entry) in enumerate(live):
+                st = self._stats.get(entry.id, NO_STATS)
+                bar = st.max_refuted_similarity
+                if bar is not None and score <= bar:
+                    continue  # demoted: refuted at this similarity or higher
+                offered.append(i)
+                cands.append(Candidate(entry.id, entry.text, score, st))
+        if not cands:
+            return None
+        decision = self.policy.decide(query, cands)
+        if decision.serve is not None:
+            j = decision.serve
+            if not 0 <= j < len(cands):
+                raise IndexError(f"policy chose candidate {j} of {len(cands)}")
+            return offered[j]
+        check = decision.explore
+        if check is not None and 0 <= check < len(cands):
+            self.explorations += 1
+            with self._lock:
+                self._pending[(scope, query)] = _Check(query, cands[check],
+                                                       live[offered[check]][1])
+                _trim(self._pending, _PENDING_MAX)
+        return None
+
+    def served(self, key: str | None, scope: str, query: str, entry: _Entry,
+               similarity: float) -> None:
+        """A semantic hit was served under result key ``key``: remember it for feedback."""
+        with self._lock:
+            st = self._stats.get(entry.id, NO_STATS)
+            self._put_stats(entry.id, replace(st, served=st.served + 1))
+            if key is not None:
+                self._served[key] = _Check(query, Candidate(entry.id, entry.text, similarity,
+                                                            st), entry)
+                _trim(self._served, _SERVED_MAX)
+
+    # ------------------------------------------------------------------ verdicts
+
+    def pending(self, scope: str, query: str) -> bool:
+        """Whether a check waits for the function's answer to ``query``."""
+        return bool(self._pending) and (scope, query) in self._pending
+
+    def computed(self, scope: str, query: str, value: Any) -> bool | None:
+        """The function ran for ``query``: compare its answer with a pending check's candidate.
+        Returns the verdict, or None when nothing was pending (or the candidate is gone).
+        Never raises: a verdict is bookkeeping, the caller's value must still be returned."""
+        if not self._pending:
+            return None
+        try:
+            return self._computed(scope, query, value)
+        except Exception:
+            log.warning("cachekit: semantic verdict failed", exc_info=True)
+            return None
+
+    def _computed(self, scope: str, query: str, value: Any) -> bool | None:
+        with self._lock:
+            check = self._pending.pop((scope, query), None)
+        if check is None:
+            return None
+        env = self._decode(check.entry)
+        if env is None:
+            return None
+        comparator = getattr(self.policy, "comparator", None) or equal_values
+        try:
+            correct = bool(comparator(value, env.value))
+        except Exception:
+            log.warning("cachekit: semantic comparator failed; no verdict", exc_info=True)
+            return None
+        self._verdict(check, correct)
+        return correct
+
+    def feedback(self, key: str, correct: bool) -> bool:
+        """A user's verdict on the semantic hit served under ``key``. Returns whether the key
+        was known (a recent semantic hit of this tier)."""
+        with self._lock:
+            check = self._served.get(key)
+        if check is None:
+            return False
+        self.reports += 1
+        self._verdict(check, correct, user=True)
+        if not correct:
+            with self._lock:
+                self._served.pop(key, None)
+                st = self._stats.get(check.candidate.entry_id, NO_STATS)
+            if st.reported_wrong >= self.evict_after:
+                entry = check.entry
+                self._evict(entry.scope, entry.text)
+                self.evicted += 1
+                with self._lock:
+                    self._stats.pop(entry.id, None)
+        return True
+
+    def _verdict(self, check: _Check, correct: bool, *, user: bool = False) -> None:
+        cand = check.candidate
+        with self._lock:
+            st = self._stats.get(cand.entry_id, NO_STATS)
+            if correct:
+                st = replace(st, confirmed=st.confirmed + 1)
+            else:
+                bar = st.max_refuted_similarity
+                st = replace(
+                    st, refuted=st.refuted + 1, reported_wrong=st.reported_wrong + user,
+                    max_refuted_similarity=(cand.similarity if bar is None
+                                            else max(bar, cand.similarity)),
+                )
+            self._put_stats(cand.entry_id, st)
+            self.verdicts += 1
+        try:
+            self.policy.observe(check.query, replace(cand, stats=st), correct)
+        except Exception:
+            log.warning("cachekit: hit policy %r failed to observe", self.policy, exc_info=True)
+
+    def _put_stats(self, entry_id: int, st: EntryStats) -> None:
+        self._stats[entry_id] = st
+        self._stats.move_to_end(entry_id)
+        _trim(self._stats, self._capacity)
+
+    def summary(self) -> dict[str, int]:
+        return {"policy_checks": self.explorations, "verdicts": self.verdicts,
+                "feedback_reports": self.reports, "feedback_evictions": self.evicted}
+
+
+def _trim(d: OrderedDict[Any, Any], limit: int) -> None:
+    while len(d) > limit:
+        d.popitem(last=False)
+
+
+# Arbiters by cache, for cache.feedback(result): weak both ways, so neither keeps the other alive.
+_BY_CACHE: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HitArbiter]] = (
+    weakref.WeakKeyDictionary()
+)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _register(cache: Any, arbiter: HitArbiter) -> None:
+    with _REGISTRY_LOCK:
+        _BY_CACHE.setdefault(cache, weakref.WeakSet()).add(arbiter)
+
+
+def report_feedback(engine: Any, result: Any, correct: bool) -> bool:
+    """Route a user's verdict on ``result`` (a ``LookupResult``) to the tier that served it.
+    Returns whether it reached one (only semantic hits of this cache can)."""
+    if not isinstance(correct, bool):
+        raise TypeError(f"correct must be a bool, got {type(correct).__name__}")
+    key = getattr(result, "key", None)
+    if key is None or getattr(getattr(result, "status", None), "value", None) != "semantic_hit":
+        return False
+    with _REGISTRY_LOCK:
+        arbiters = list(_BY_CACHE.get(engine, ()))
+    return any(a.feedback(key, correct) for a in arbiters)
