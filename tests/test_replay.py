@@ -427,3 +427,43 @@ def test_python_dash_m_runs_the_command() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "--sweep" in done.stdout and "--upstream-concurrency" in done.stdout
+
+
+@pytest.mark.parametrize("policy,setting", [("verified", None), ("error-bounded", 0.05)])
+def test_named_policies_replay_like_production(tmp_path: Path, policy: str,
+                                               setting: float | None) -> None:
+    log = write_records(tmp_path / "log.jsonl")
+    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"),
+                        options=_opts(policy=policy, setting=setting))
+    d = report.to_dict()
+    # Exact repeats do not depend on the policy; semantic hits never exceed the hittable ones.
+    assert d["hits"]["exact"] == 2
+    assert 0 <= d["hits"]["semantic"] <= 2
+    assert d["correct_hits"] + d["wrong_hits"] == d["hits"]["exact"] + d["hits"]["semantic"]
+
+
+def test_max_error_flag_sets_the_error_bounded_policy(tmp_path: Path) -> None:
+    from cachekit.cli import build_parser
+
+    log = str(tmp_path / "log.jsonl")
+    args = build_parser().parse_args(["replay", log, "--policy", "error-bounded",
+                                      "--max-error", "0.03"])
+    assert (args.policy, args.max_error, args.threshold) == ("error-bounded", 0.03, None)
+    with pytest.raises(SystemExit):  # one setting: --threshold, --max-error or --sweep
+        build_parser().parse_args(["replay", log, "--threshold", "0.9", "--max-error", "0.1"])
+
+
+def test_config_names_its_policy_and_refuses_unknown_ones() -> None:
+    from cachekit.llm import LLMCacheConfig, build_cache
+    from cachekit.semantic.error_bounded import ErrorBoundedPolicy
+
+    with pytest.raises(ValueError, match="unknown hit policy 'nope'"):
+        LLMCacheConfig(policy="nope").check()
+    with pytest.raises(ValueError, match="threshold applies to the threshold policy"):
+        LLMCacheConfig(policy="verified", threshold=0.9).check()
+    llm = build_cache(LLMCacheConfig(policy="error-bounded", policy_setting=0.02),
+                      embedder=DeterministicTestEmbedder(64))
+    try:
+        assert isinstance(llm.policy, ErrorBoundedPolicy) and llm.policy.max_error == 0.02
+    finally:
+        llm.cache.close()

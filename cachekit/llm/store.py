@@ -72,6 +72,11 @@ class LLMCacheConfig:
     ttl: float = 3600.0
     #: Similarity bar of the semantic hit policy; ``None``: the library default.
     threshold: float | None = None
+    #: The semantic hit policy by name (``threshold``, ``verified``, ``error-bounded``: see
+    #: :mod:`cachekit.semantic.policies`); its setting is ``policy_setting`` (``None``: the
+    #: policy's default). With ``threshold``, ``threshold`` is the setting.
+    policy: str = "threshold"
+    policy_setting: float | None = None
     #: ``False``: exact hits only (the embedding model is never loaded).
     semantic: bool = True
     #: Store answers cut off by ``max_tokens`` (``finish_reason: length``).
@@ -116,6 +121,13 @@ class LLMCacheConfig:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.redis_url and self.redis_cluster_url:
             raise ValueError("give redis_url or redis_cluster_url, not both")
+        if self.policy != "threshold":
+            from cachekit.semantic.policies import build_policy
+
+            build_policy(self.policy, self.policy_setting)  # ValueError naming the known ones
+        if self.policy != "threshold" and self.threshold is not None:
+            raise ValueError(f"threshold applies to the threshold policy; the {self.policy} "
+                             "policy takes policy_setting")
         for name, keys in self.shared_scope.items():
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
                 raise ValueError(f"shared_scope.{name} must be a list of keys")
@@ -154,10 +166,13 @@ class LLMCache:
 
     def __init__(self, cache: Cache, *, ttl: float = 3600.0, threshold: float | None = None,
                  semantic: bool = True, embedder: Any = None, capacity: int = 100_000,
-                 cache_length: bool = False, name: str = SEMANTIC_NAME) -> None:
+                 cache_length: bool = False, name: str = SEMANTIC_NAME,
+                 policy: Any = None) -> None:
         self.cache = cache
         self.ttl = float(ttl)
         self.threshold = threshold
+        #: A HitPolicy for the semantic function (then ``threshold`` must be None).
+        self.policy = policy
         self.semantic_enabled = semantic
         self.cache_length = cache_length
         self._embedder = embedder
@@ -174,8 +189,8 @@ class LLMCache:
         if fn is None:
             fn = self.cache.semantic(
                 _asemantic_only if asynchronous else _semantic_only, threshold=self.threshold,
-                ttl=self.ttl, scope=_scope_of, embedder=self._embedder, name=self._name,
-                capacity=self._capacity)
+                policy=self.policy, ttl=self.ttl, scope=_scope_of, embedder=self._embedder,
+                name=self._name, capacity=self._capacity)
             if asynchronous:
                 self._async_fn = fn
             else:
@@ -345,5 +360,11 @@ def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
                       namespace=config.namespace, default_ttl=config.ttl,
                       redis_timeout=config.redis_timeout, l1_max_entries=config.l1_max_entries,
                       **kwargs)
+    policy = None
+    if config.semantic and config.policy != "threshold":
+        from cachekit.semantic.policies import build_policy
+
+        policy = build_policy(config.policy, config.policy_setting)
     return LLMCache(cache, ttl=config.ttl, threshold=config.threshold, semantic=config.semantic,
-                    embedder=embedder, capacity=config.capacity, cache_length=config.cache_length)
+                    embedder=embedder, capacity=config.capacity, cache_length=config.cache_length,
+                    policy=policy)

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     redis.add_argument("--redis-url", help="share entries through this Redis")
     redis.add_argument("--redis-cluster-url", help="share entries through this Redis Cluster")
     a("--threshold", type=float, help="semantic similarity bar in (0, 1] (default: library's)")
+    a("--policy", help="semantic hit policy: threshold (default), verified or error-bounded")
+    a("--policy-setting", type=float,
+      help="the policy's setting (verified: minimum probability; error-bounded: max error)")
     a("--namespace", help="cache namespace (default llm)")
     a("--ttl", type=float, help="seconds an entry lives (default 3600)")
     a("--no-semantic", action="store_true", help="exact hits only (no embedding model)")
@@ -49,6 +52,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "upstream": args.upstream, "host": args.host, "port": args.port,
         "redis_url": args.redis_url, "redis_cluster_url": args.redis_cluster_url,
         "threshold": args.threshold, "namespace": args.namespace, "ttl": args.ttl,
+        "policy": args.policy, "policy_setting": args.policy_setting,
         "workers": args.workers, "max_body_bytes": args.max_body_bytes,
         "upstream_timeout": args.upstream_timeout, "embedder": args.embedder,
         "log_level": args.log_level,

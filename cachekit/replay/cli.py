@@ -62,7 +62,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     which.add_argument("--sweep", type=parse_sweep, metavar="START:STOP:STEP",
                        help="replay at every setting from START to STOP")
     p.add_argument("--policy", default="threshold", metavar="NAME",
-                   help="hit policy (default: threshold)")
+                   help="hit policy: threshold, verified or error-bounded (default: threshold)")
+    which.add_argument("--max-error", type=float, metavar="DELTA",
+                       help="with --policy error-bounded: the bound on wrong hits per request "
+                            "(the policy's setting, like --threshold)")
     p.add_argument("--tenant-field", default="metadata.tenant", metavar="PATH",
                    help="dotted path of the tenant in each line (default: metadata.tenant)")
     p.add_argument("--prices", metavar="prices.toml", help="override or extend the prices")
@@ -106,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         config = LLMCacheConfig.from_toml(args.config) if args.config else None
         with _progress(sys.stderr.isatty()) as hook:
             report = run_replay(args.input, args.outputs, args.truth, ReplayOptions(
-                setting=args.threshold, sweep=args.sweep or (), policy=args.policy,
+                setting=args.threshold if args.max_error is None else args.max_error,
+                sweep=args.sweep or (), policy=args.policy,
                 tenant_field=args.tenant_field, prices_path=args.prices, rate=args.rate,
                 upstream_concurrency=args.upstream_concurrency, config=config,
                 progress=hook))

@@ -27,7 +27,20 @@ def _threshold(setting: float | None) -> HitPolicy:
     return ThresholdPolicy(DEFAULT_THRESHOLD if setting is None else setting)
 
 
-_FACTORIES: dict[str, PolicyFactory] = {"threshold": _threshold}
+def _named(name: str) -> PolicyFactory:
+    def build(setting: float | None) -> HitPolicy:
+        from cachekit.semantic.policies import build_policy
+
+        return build_policy(name, setting)
+
+    return build
+
+
+_FACTORIES: dict[str, PolicyFactory] = {
+    "threshold": _threshold,
+    "verified": _named("verified"),
+    "error-bounded": _named("error-bounded"),
+}
 #: Policies in other modules, by name: "module:callable", imported when first named.
 _LAZY: dict[str, str] = {}
 

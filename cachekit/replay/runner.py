@@ -245,16 +245,17 @@ def _prices(config: LLMCacheConfig, path: str | Path | None) -> tuple[PriceTable
 
 def _config_for(base: LLMCacheConfig, policy: str, setting: float | None) -> LLMCacheConfig:
     """The production config with the replay's policy setting; always in-process."""
-    hit_policy = policy_factory(policy)(setting)
-    # LLMCacheConfig takes a similarity threshold only; other policies need a `policy` setting
-    # there (the one place to change when it has one).
-    if not isinstance(hit_policy, ThresholdPolicy):
-        raise ValueError(
-            f"policy {policy!r}: the LLM cache is configured by a similarity threshold only, "
-            "so only threshold policies can be replayed"
-        )
-    return dataclasses.replace(base, threshold=hit_policy.threshold, redis_url=None,
-                               redis_cluster_url=None)
+    hit_policy = policy_factory(policy)(setting)  # a bad name or setting fails here
+    if isinstance(hit_policy, ThresholdPolicy):
+        return dataclasses.replace(base, policy="threshold", threshold=hit_policy.threshold,
+                                   policy_setting=None, redis_url=None, redis_cluster_url=None)
+    return dataclasses.replace(base, policy=policy, policy_setting=setting, threshold=None,
+                               redis_url=None, redis_cluster_url=None)
+
+
+def _setting_of(config: LLMCacheConfig) -> float | None:
+    """The one number that sets the config's policy (its threshold, for threshold)."""
+    return config.threshold if config.policy == "threshold" else config.policy_setting
 
 
 def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
@@ -284,7 +285,8 @@ def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
 
     def run(setting: float | None) -> Report:
         config = _config_for(base, opts.policy, setting)
-        name = f"{opts.policy}:{config.threshold:g}"
+        value = _setting_of(config)
+        name = opts.policy if value is None else f"{opts.policy}:{value:g}"
         outcomes = replay(prep, config, table, embed_ms=embed_ms, times=ctx.times,
                           progress=opts.progress, task=f"replay {name}")
         report = _report(ctx, outcomes, opts, name, setting)
@@ -292,7 +294,7 @@ def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
         return report
 
     points = [run(s) for s in opts.sweep]
-    chosen = _config_for(base, opts.policy, opts.setting).threshold
+    chosen = _setting_of(_config_for(base, opts.policy, opts.setting))
     head = next((p for p in points if p.threshold is not None and chosen is not None
                  and abs(p.threshold - chosen) < 1e-9), None)
     report = head if head is not None else run(opts.setting)

@@ -1,0 +1,62 @@
+"""Hit policies by name, for settings files and command lines (``cachekit serve --policy``,
+``cachekit replay --policy``, the ``policy`` entry of a config file).
+
+Each policy is built from one number, its *setting*, so a sweep applies to every policy alike:
+
+========================  ==================================================================
+``threshold``             :class:`~cachekit.semantic.policy.ThresholdPolicy`; the setting is
+                          the cosine threshold (default ``DEFAULT_THRESHOLD``).
+``verified``              :class:`~cachekit.semantic.verifier.VerifiedPolicy` with the shipped
+                          verifier; the setting is the minimum probability of a right hit
+                          (default: the model's operating point).
+``error-bounded``         :class:`~cachekit.semantic.error_bounded.ErrorBoundedPolicy`; the
+                          setting is ``max_error``, the bound on wrong hits per lookup
+                          (default 0.05).
+========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cachekit.semantic.error_bounded import ErrorBoundedPolicy
+from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
+from cachekit.semantic.verifier import VerifiedPolicy
+
+__all__ = ["POLICY_NAMES", "build_policy"]
+
+DEFAULT_MAX_ERROR = 0.05
+
+
+def _threshold(setting: float | None) -> HitPolicy:
+    return ThresholdPolicy(DEFAULT_THRESHOLD if setting is None else setting)
+
+
+def _verified(setting: float | None) -> HitPolicy:
+    return VerifiedPolicy(min_probability=setting)
+
+
+def _error_bounded(setting: float | None) -> HitPolicy:
+    return ErrorBoundedPolicy(max_error=DEFAULT_MAX_ERROR if setting is None else setting)
+
+
+_BUILDERS: dict[str, Callable[[float | None], HitPolicy]] = {
+    "threshold": _threshold,
+    "verified": _verified,
+    "error-bounded": _error_bounded,
+}
+POLICY_NAMES = tuple(_BUILDERS)
+
+
+def build_policy(name: str, setting: float | None = None) -> HitPolicy:
+    """The policy called ``name`` at ``setting`` (``None``: its default). ValueError naming the
+    known policies for an unknown name, or for a setting the policy refuses."""
+    try:
+        builder = _BUILDERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown hit policy {name!r}; known: {', '.join(POLICY_NAMES)}"
+        ) from None
+    if setting is not None and (isinstance(setting, bool) or not isinstance(setting, (int, float))):
+        raise ValueError(f"the {name} policy's setting must be a number, got {setting!r}")
+    return builder(None if setting is None else float(setting))
