@@ -180,7 +180,21 @@ class RedisTier:
         its keys under ``base``: how a semantic tier shares its entries through Redis."""
         from cachekit.semantic.persistence import RedisSemanticStore
 
-        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen)
+        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen,
+                                  reader=self.dedicated_client if self._url else None)
+
+    def dedicated_client(self, socket_timeout: float) -> Any:
+        """A new sync client of its own (one connection) with ``socket_timeout``: for blocking
+        reads (XREAD BLOCK, pub/sub) that must neither hold a pooled connection nor be cut
+        short by the pool's short timeout. The caller closes it."""
+        if not self._url:
+            raise RuntimeError("a RedisTier built on a passed-in client cannot open connections")
+        no_retry = redis.retry.Retry(NoBackoff(), 0)
+        kwargs = self._common_kwargs()
+        kwargs.update(socket_timeout=socket_timeout, max_connections=2)
+        if self._is_cluster:
+            return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
+        return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
 
     # -- clients -------------------------------------------------------------------------
 
