@@ -895,8 +895,12 @@ class SemanticTier:
         if self._stop.is_set():
             return None
         cursor = self._resync()
-        if cursor is not None:
+        if cursor is not None and not self._ready.is_set():
             self._ready.set()
+            if self._index_factory is None:
+                # Importing faiss takes most of a second: here, not when the first entry
+                # shared by another replica arrives.
+                import cachekit.semantic.index  # noqa: F401
         return cursor
 
     def _read_log(self, cursor: bytes) -> Any:

@@ -194,7 +194,10 @@ class RedisTier:
             raise RuntimeError("a RedisTier built on a passed-in client cannot open connections")
         no_retry = redis.retry.Retry(NoBackoff(), 0)
         kwargs = self._common_kwargs()
-        kwargs.update(socket_timeout=socket_timeout, max_connections=2)
+        # Nothing waits on this connection's setup (it serves background readers), so a loaded
+        # machine's slow connect must not count as a dead server.
+        kwargs.update(socket_timeout=socket_timeout, max_connections=2,
+                      socket_connect_timeout=max(self.connect_timeout, socket_timeout))
         if self._is_cluster:
             return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
         return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
