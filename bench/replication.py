@@ -37,7 +37,6 @@ from _servers import RedisServer  # type: ignore[import-not-found]
 from cachekit import Cache, Status
 from cachekit.semantic.tier import entry_id
 
-ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.0002
 DEADLINE_S = 5.0
 
@@ -100,7 +99,9 @@ def make_exact(cache: Cache) -> Any:
 def start_writer(url: str, namespace: str, embedder: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, url, namespace, embedder, str(Path(__file__).parent)],
-        cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        # Not the checkout's root: `python -c` puts the working directory first on sys.path,
+        # and the writer must import the installed cachekit, as this process does.
+        cwd=Path(__file__).parent, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
