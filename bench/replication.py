@@ -157,6 +157,9 @@ def invalidation_trials(exact: Any, cache: Cache, writer: subprocess.Popen[str],
     out: list[float] = []
     l1 = cache.engine.l1
     assert l1 is not None
+    following = getattr(cache.engine, "wait_following", None)  # absent before the channel
+    if following is not None:
+        assert following(10)
     for i in range(trials):
         exact(i)
         assert exact.lookup(i).tier == "l1"

@@ -149,9 +149,11 @@ class Engine:
         self._local_of_lock = threading.Lock()
         self._publishes = callable(getattr(self.l2, "publish_invalidation", None))
         self._follows = False
+        self._following = threading.Event()
         follow = getattr(self.l2, "follow_invalidations", None)
         if self.l1 is not None and callable(follow):
-            stop = follow(self._inval_channel, self._on_invalidation, self.clear_l1)
+            stop = follow(self._inval_channel, self._on_invalidation, self.clear_l1,
+                          self._following.set)
             if stop is not None:
                 self._follows = True
                 self._closers.append(stop)
@@ -594,6 +596,12 @@ class Engine:
             if self._publishes:
                 payload = json.dumps({"o": self._origin, "k": remotes}).encode()
                 yield ("publish_invalidation", (self._inval_channel, payload))
+
+    def wait_following(self, timeout: float | None = None) -> bool:
+        """Wait until this process follows the namespace's invalidation channel (subscribed in
+        the background after the cache was created); False at once when it has none to
+        follow (no shared tier offering one, or no L1)."""
+        return self._following.wait(timeout) if self._follows else False
 
     def _on_invalidation(self, payload: bytes) -> None:
         """Drop from L1 the keys another process deleted. The payload came from the network:

@@ -28,6 +28,8 @@ def caches(redis_server: Any) -> Iterator[Callable[[str], Cache]]:
     def make(namespace: str, **kw: Any) -> Cache:
         cache = Cache(redis_url=redis_server.url, namespace=namespace, redis_timeout=0.2, **kw)
         made.append(cache)
+        # Pub/sub keeps nothing for a late subscriber: the test must not publish before.
+        assert cache.engine.wait_following(10)
         return cache
 
     yield make
@@ -126,7 +128,7 @@ CHILD = textwrap.dedent("""
 
 def test_invalidation_from_another_process(redis_server: Any, caches: Any) -> None:
     name = ns()
-    cache = caches(name)
+    cache = caches(name)  # following its channel before the child starts
 
     @cache.cached(name="f", ttl=300)
     def f(x: int) -> str:
@@ -206,3 +208,20 @@ def test_a_garbage_version_key_costs_nothing(caches: Callable[..., Cache]) -> No
     ff = fresh.cached(name="f", ttl=300)(lambda x: x * 2)
     assert ff(3) == 6 and fa(4) == 8  # no exception to the caller
     assert a.engine.version == 1
+
+
+def test_invalidation_reaches_the_other_replica_on_a_cluster(redis_cluster: Any) -> None:
+    name = ns()
+    a = Cache(redis_cluster_url=redis_cluster.url, namespace=name, redis_timeout=0.5)
+    b = Cache(redis_cluster_url=redis_cluster.url, namespace=name, redis_timeout=0.5)
+    try:
+        fa = a.cached(name="f", ttl=300)(lambda x: x)
+        fb = b.cached(name="f", ttl=300)(lambda x: x)
+        fa(1)
+        assert fb(1) == 1 and fb.lookup(1).tier == "l1"
+        assert b.engine.wait_following(10)
+        fa.invalidate(1)
+        wait_until(lambda: fb.lookup(1).status is Status.MISS, timeout=5)
+    finally:
+        a.close()
+        b.close()

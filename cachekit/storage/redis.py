@@ -331,15 +331,17 @@ class RedisTier:
         self.client.publish(channel, payload)
 
     def follow_invalidations(
-        self, channel: str, on_message: Callable[[bytes], None], on_gap: Callable[[], None]
+        self, channel: str, on_message: Callable[[bytes], None], on_gap: Callable[[], None],
+        on_subscribed: Callable[[], None] | None = None,
     ) -> Callable[[], None] | None:
         """Follow ``channel`` in a daemon thread on a connection of its own: ``on_message``
         gets each payload; ``on_gap`` runs after a reconnection, since messages published
-        while disconnected are lost (pub/sub keeps none). Returns the function that stops it
-        (None when this tier cannot open connections of its own)."""
+        while disconnected are lost (pub/sub keeps none); ``on_subscribed`` runs at each
+        subscription. Returns the function that stops it (None when this tier cannot open
+        connections of its own)."""
         if not self._url:
             return None
-        follower = _InvalidationFollower(self, channel, on_message, on_gap)
+        follower = _InvalidationFollower(self, channel, on_message, on_gap, on_subscribed)
         follower.start()
         return follower.stop
 
@@ -442,11 +444,12 @@ class _InvalidationFollower:
     """The thread behind :meth:`RedisTier.follow_invalidations`."""
 
     def __init__(self, tier: RedisTier, channel: str, on_message: Callable[[bytes], None],
-                 on_gap: Callable[[], None]) -> None:
+                 on_gap: Callable[[], None], on_subscribed: Callable[[], None] | None) -> None:
         self._tier = tier
         self._channel = channel
         self._on_message = on_message
         self._on_gap = on_gap
+        self._on_subscribed = on_subscribed
         self._stop = threading.Event()
         self._client: Any = None
         self._lock = threading.Lock()
@@ -497,6 +500,8 @@ class _InvalidationFollower:
                     if subscribed_before:
                         self._on_gap()  # what was published while we were away is lost
                     subscribed_before = True
+                    if self._on_subscribed is not None:
+                        self._on_subscribed()
                 elif msg.get("type") == "message" and isinstance(msg.get("data"), bytes):
                     self._on_message(msg["data"])
         finally:
