@@ -97,10 +97,10 @@ def test_log_trimmed_past_a_slow_reader_triggers_a_resync(
         gate.wait(10)
         return real_follow(cursor, block_s)
 
-    monkeypatch.setattr(store, "follow", slow_follow)
     a.put("v0", topic(0))
     wait_until(lambda: b.lookup("please " + topic(0)).status is Status.SEMANTIC_HIT)
-    wait_until(parked.is_set)  # b holds a cursor at or before topic 0 and reads no further
+    monkeypatch.setattr(store, "follow", slow_follow)
+    wait_until(parked.is_set)  # b's cursor is past topic 0, and b reads no further
     resyncs = b.tier.stats()["resyncs"]
     a.put("v1", topic(1))
     a.put("v2", topic(2))
