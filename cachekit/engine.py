@@ -25,12 +25,16 @@ operation, which only the paths that miss L1 pay; the L1 hit fast path runs no c
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from cachetools import LRUCache
 
 from cachekit.breaker import CircuitBreaker
 from cachekit.health import Diagnosis, Health, diagnose
@@ -41,6 +45,7 @@ from cachekit.serialization import (
     decode_envelope,
     encode_envelope,
     get_serializer,
+    parse_version,
 )
 from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
@@ -143,6 +148,24 @@ class Engine:
         self._last_error: Diagnosis | None = None
         self._checker: threading.Thread | None = None
 
+        # Per-key invalidation reaches other processes' L1 through the shared tier's channel,
+        # when it has one. Deleted keys travel as remote keys; this maps them back to the local
+        # keys of what this process holds in L1 (filled on the store and L2-fill paths only).
+        self._origin = uuid.uuid4().hex
+        self._inval_channel = f"{key_prefix}:{namespace}:invalidations"
+        self._local_of: LRUCache[str, Hashable] = LRUCache(max(1024, 2 * l1_max_entries))
+        self._local_of_lock = threading.Lock()
+        self._publishes = callable(getattr(self.l2, "publish_invalidation", None))
+        self._follows = False
+        self._following = threading.Event()
+        follow = getattr(self.l2, "follow_invalidations", None)
+        if self.l1 is not None and callable(follow):
+            stop = follow(self._inval_channel, self._on_invalidation, self.clear_l1,
+                          self._following.set)
+            if stop is not None:
+                self._follows = True
+                self._closers.append(stop)
+
     # ------------------------------------------------------------------ drivers
 
     def _run(self, core: Core[T]) -> T:
@@ -217,9 +240,12 @@ class Engine:
         return self._version
 
     def _set_version(self, version: int) -> None:
+        # Never backwards: a version key lost to eviction (or deleted) must not bring back the
+        # entries that invalidate_namespace() retired.
         with self._version_lock:
-            changed = version != self._version
-            self._version = version
+            changed = version > self._version
+            if changed:
+                self._version = version
         if changed:
             self.clear_l1()
 
@@ -230,13 +256,24 @@ class Engine:
 
     def _version_core(self, now: float) -> Core[None]:
         """Re-read the namespace version from the shared tier when it is due (callers test
-        ``now >= _next_version_check`` first: a generator costs more than the test)."""
+        ``now >= _next_version_check`` first: a generator costs more than the test). A missing
+        or unreadable version key is re-seeded with the highest version this process knows."""
         if now < self._next_version_check or self.l2 is None:
             return
         self._next_version_check = now + self._version_refresh_s
         got = yield ("get_many", [self._version_key])
-        if got is not FAILED:
-            self._set_version(int(got[0]) if got[0] is not None else 0)
+        if got is FAILED:
+            return
+        seen = parse_version(got[0])
+        if seen is None and (got[0] is not None or self._version > 0):
+            if got[0] is not None:
+                log.warning("cachekit: namespace version key %s holds %r, not an integer; "
+                            "re-seeded", self._version_key, got[0][:32])
+            if callable(getattr(self.l2, "raise_counter", None)):
+                seeded = yield ("raise_counter", (self._version_key, self._version))
+                seen = None if seeded is FAILED else int(seeded)
+        if seen is not None:
+            self._set_version(seen)
 
     def _invalidate_core(self) -> Core[bool]:
         if self.l2 is None:
@@ -244,12 +281,16 @@ class Engine:
                 self._version += 1
             self.clear_l1()
             return True
-        new = yield ("incr", self._version_key)
+        if callable(getattr(self.l2, "incr_from", None)):
+            # INCR-safe re-seed: a lost key restarts above the version this process knows.
+            new = yield ("incr_from", (self._version_key, self._version))
+        else:
+            new = yield ("incr", self._version_key)
         if new is FAILED:
             log.warning("cachekit: could not bump namespace %r: shared tier unavailable",
                         self.namespace)
             return False
-        self._set_version(int(new))
+        self._set_version(max(int(new), self._version + 1))
         return True
 
     def invalidate_namespace(self) -> bool:
@@ -406,7 +447,7 @@ class Engine:
             return prev
         if env.fresh(now):
             l2c.hits += 1
-            self._fill_l1(key.local, env, data, now)
+            self._fill_l1(key, env, data, now)
             return Found(Status.HIT, env, "l2")
         if env.servable_stale(now):
             l2c.hits += 1
@@ -414,7 +455,7 @@ class Engine:
         l2c.misses += 1
         return prev
 
-    def _fill_l1(self, local: Hashable, env: Envelope, data: bytes, now: float) -> None:
+    def _fill_l1(self, key: CacheKey, env: Envelope, data: bytes, now: float) -> None:
         if self.l1 is None:
             return
         remaining = None
@@ -422,7 +463,13 @@ class Engine:
             remaining = env.created_at + env.ttl + env.stale_ttl - now
             if remaining <= 0:
                 return
-        self.l1.set(local, env, remaining, len(data))
+        self.l1.set(key.local, env, remaining, len(data))
+        if self._follows and key.local != key.remote:
+            self._remember_local(key)
+
+    def _remember_local(self, key: CacheKey) -> None:
+        with self._local_of_lock:
+            self._local_of[key.remote] = key.local
 
     def _count(self, found: Sequence[Found]) -> None:
         tel = self.telemetry
@@ -600,6 +647,8 @@ class Engine:
             ok.append(True)
             if self.l1 is not None:
                 self.l1.set(key.local, env, env.storage_ttl, len(data))
+                if self._follows and key.local != key.remote:
+                    self._remember_local(key)
             entries.append((key.remote, data, env.storage_ttl))
         return ok, entries
 
@@ -624,7 +673,38 @@ class Engine:
             for k in keys:
                 self.l1.delete(k.local)
         if keys and self.l2 is not None:
-            yield ("delete_many", [k.remote for k in keys])
+            remotes = [k.remote for k in keys]
+            yield ("delete_many", remotes)
+            if self._publishes:
+                payload = json.dumps({"o": self._origin, "k": remotes}).encode()
+                yield ("publish_invalidation", (self._inval_channel, payload))
+
+    def wait_following(self, timeout: float | None = None) -> bool:
+        """Wait until this process follows the namespace's invalidation channel (subscribed in
+        the background after the cache was created); False at once when it has none to
+        follow (no shared tier offering one, or no L1)."""
+        return self._following.wait(timeout) if self._follows else False
+
+    def _on_invalidation(self, payload: bytes) -> None:
+        """Drop from L1 the keys another process deleted. The payload came from the network:
+        anything but ``{"o": str, "k": [str, ...]}`` is ignored."""
+        try:
+            msg = json.loads(payload)
+            origin, remotes = msg["o"], msg["k"]
+        except (ValueError, TypeError, KeyError):
+            log.debug("cachekit: malformed invalidation message ignored")
+            return
+        l1 = self.l1
+        if origin == self._origin or l1 is None or not isinstance(remotes, list):
+            return
+        for remote in remotes:
+            if not isinstance(remote, str):
+                continue
+            with self._local_of_lock:
+                local = self._local_of.pop(remote, None)
+            l1.delete(remote)
+            if local is not None:
+                l1.delete(local)
 
     def delete_many(self, keys: Sequence[CacheKey]) -> None:
         """Forget ``keys`` in L1 and in the shared tier."""

@@ -176,10 +176,13 @@ async def test_async_functions_share_through_redis(redis_server) -> None:
     assert await ga(3) == {"x": 3}
     assert await gb(3) == {"x": 3}
     assert (await gb.lookup(3)).status is Status.HIT
+    assert a.engine.wait_following(10)
     await gb.invalidate(3)
-    assert (await ga.lookup(3)).status is Status.HIT  # a's L1 still holds it
-    a.clear_local()
+    # The invalidation reaches a's L1 through the namespace's invalidation channel.
+    wait_until(lambda: a.engine.l1 is not None and len(a.engine.l1) == 0)
     assert (await ga.lookup(3)).status is Status.MISS
+    a.close()
+    b.close()
 
 
 async def test_async_fail_open(redis_server) -> None:

@@ -143,8 +143,6 @@ def test_segfaulting_entry_in_redis_is_a_miss_in_a_reader_process(
     assert out.stdout.split() == ["computed", "1"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine-side wiring: the version check must read the "
-                   "version key through serialization.parse_version")
 def test_garbage_namespace_version_is_not_an_exception(harness: Harness) -> None:
     # The first call checks the version: planted before it, the garbage is read at once.
     harness.raw.set(f"ck:{harness.cache.namespace}:__version__", b"not-a-number")

@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,25 +38,27 @@ def fast_tier(redis_server: RedisServer) -> Iterator[RedisTier]:
 class Wire:
     """Counts what failing calls do on the wire: socket connects and commands sent. A retry
     would connect or send again, so a call that did each at most once cost at most one
-    (connect or read) timeout, whatever the machine's speed."""
+    (connect or read) timeout, whatever the machine's speed. Only the test's own thread is
+    counted: background threads of other caches (invalidation followers) connect too."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.counts = {"_connect": 0, "send_packed_command": 0}
+        self.thread = threading.get_ident()
         for cls in (redis.connection.Connection, redis.asyncio.connection.Connection):
             for what in self.counts:
                 monkeypatch.setattr(cls, what, self._counting(what, getattr(cls, what)))
 
     def _counting(self, what: str, original: Any) -> Any:
-        counts = self.counts
+        counts, mine = self.counts, self.thread
         if asyncio.iscoroutinefunction(original):
             async def acount(conn: Any, *args: Any, **kwargs: Any) -> Any:
-                counts[what] += 1
+                counts[what] += threading.get_ident() == mine
                 return await original(conn, *args, **kwargs)
 
             return acount
 
         def count(conn: Any, *args: Any, **kwargs: Any) -> Any:
-            counts[what] += 1
+            counts[what] += threading.get_ident() == mine
             return original(conn, *args, **kwargs)
 
         return count

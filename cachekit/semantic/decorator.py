@@ -469,6 +469,9 @@ def _make(
     )
     engine.telemetry.sections[f"semantic:{fname}"] = tier.stats
     engine.on_close(tier.close)
+    # Sync starts now, not at the first call, so a new replica's first lookups find the
+    # shared entries (they wait for the first build up to the tier's initial_sync_wait_s).
+    tier.start()
     calls = _SemanticCalls(engine, fn, tier, split, ttl=ttl, version=version,
                            cache_none=cache_none)
     w = _async_wrapper(fn, calls) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, calls)

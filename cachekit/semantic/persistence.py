@@ -13,11 +13,17 @@ The Redis layout of :class:`RedisSemanticStore`: each entry is a hash ``{base}:e
 TTL = entry TTL), the log is the stream ``{base}:log``, and ``{base}:gen`` is a token that lives
 as long as Redis keeps this tier's data: a restart or a flush loses it, which tells a follower
 its index no longer matches (a reconnecting pool would otherwise hide the restart).
+
+A cursor is opaque to the tier. Here it is ``b"<stream id> <n>"``: the last message read and how
+many messages the stream had received up to it. Comparing ``n`` with the stream's
+``entries-added`` (Redis >= 7) tells whether messages the reader has not seen were trimmed
+(``LogRead.lost``), which a plain XREAD would skip in silence.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +34,7 @@ import numpy as np
 __all__ = [
     "LOG_READ_BATCH",
     "PIPELINE_CHUNK",
+    "READER_TIMEOUT_MARGIN_S",
     "SCAN_BATCH",
     "LogMessage",
     "LogRead",
@@ -45,6 +52,8 @@ LOG_READ_BATCH = 1000
 SCAN_BATCH = 1000
 #: Approximate length the log is trimmed to on every append.
 LOG_MAXLEN = 100_000
+#: Seconds a blocking reader's socket waits beyond its block before it calls the server dead.
+READER_TIMEOUT_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +86,15 @@ class LogMessage:
 @dataclass(frozen=True, slots=True)
 class LogRead:
     """One read of the log: the store's generation token, the messages (malformed ones left
-    out), the cursor to read after next time, and whether more messages are waiting."""
+    out), the cursor to read after next time, whether more messages are waiting, and whether
+    messages after the cursor were lost (trimmed or the log deleted before they were read):
+    then the reader must rebuild from a snapshot."""
 
     generation: bytes | None
     messages: list[LogMessage]
     cursor: bytes
     more: bool
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +137,14 @@ class SemanticStore(Protocol):
 
 class RedisSemanticStore:
     """:class:`SemanticStore` on a redis-py client (standalone or cluster). ``client`` returns
-    the client at each use (a tier creates its client lazily)."""
+    the client at each use (a tier creates its client lazily).
+
+    ``reader(socket_timeout)`` makes a client of its own for :meth:`follow`, whose blocking
+    read would otherwise hold a pooled connection and outlast the pool's short timeout."""
 
     def __init__(self, client: Callable[[], Any], cluster: bool, base: str,
-                 log_maxlen: int = LOG_MAXLEN) -> None:
+                 log_maxlen: int = LOG_MAXLEN,
+                 reader: Callable[[float], Any] | None = None) -> None:
         self._client = client
         self.cluster = cluster
         self.base = base
@@ -136,6 +152,10 @@ class RedisSemanticStore:
         self.log_key = f"{base}:log"
         self.gen_key = f"{base}:gen"
         self._entry_prefix = f"{base}:e:"
+        self._reader_factory = reader
+        self._reader: Any = None
+        self._reader_lock = threading.Lock()
+        self._closed = False
 
     def entry_key(self, id_: int) -> str:
         return f"{self._entry_prefix}{id_}"
@@ -183,21 +203,42 @@ class RedisSemanticStore:
             pipe = self._pipeline()
             for i in chunk:
                 pipe.hgetall(self.entry_key(i))
-            for id_, h in zip(chunk, pipe.execute(), strict=True):
+            # Per-command errors (WRONGTYPE: a foreign value under our prefix) are data, not a
+            # Redis failure; a dead connection still raises from execute().
+            for id_, h in zip(chunk, pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(h, Exception):
+                    bad.append((id_, repr(h)))
+                    continue
                 if not h or b"vec" not in h:
                     continue  # expired or deleted since it was announced
                 try:
                     found.append(_from_hash(id_, h))
-                except (KeyError, ValueError, UnicodeDecodeError) as exc:
+                except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
                     bad.append((id_, repr(exc)))
         return found, bad
+
+    def missing(self, ids: Sequence[int]) -> list[int]:
+        """Those of ``ids`` whose entries are no longer stored (evicted, expired, deleted)."""
+        out: list[int] = []
+        for start in range(0, len(ids), PIPELINE_CHUNK):
+            chunk = ids[start : start + PIPELINE_CHUNK]
+            pipe = self._pipeline()
+            for i in chunk:
+                pipe.exists(self.entry_key(i))
+            out.extend(i for i, n in zip(chunk, pipe.execute(), strict=True) if not n)
+        return out
 
     def snapshot(self) -> Snapshot:
         client = self.client
         client.set(self.gen_key, uuid.uuid4().hex, nx=True)
         generation = client.get(self.gen_key)
-        last = client.xrevrange(self.log_key, count=1)
-        cursor: bytes = last[0][0] if last else b"0-0"
+        pipe = self._pipeline()
+        pipe.xinfo_stream(self.log_key)
+        info = pipe.execute(raise_on_error=False)[0]
+        if isinstance(info, Exception):  # no log yet
+            cursor = _cursor(b"0-0", 0)
+        else:
+            cursor = _cursor(info["last-generated-id"], info.get("entries-added"))
         prefix = self._entry_prefix
         ids: list[int] = []
         for key in client.scan_iter(match=f"{prefix}*", count=SCAN_BATCH):
@@ -209,14 +250,83 @@ class RedisSemanticStore:
         return Snapshot(generation, cursor, ids)
 
     def read_after(self, cursor: bytes) -> LogRead:
-        pipe = self._pipeline()
+        return self._read(self.client, cursor, None)
+
+    def follow(self, cursor: bytes, block_s: float) -> LogRead:
+        """:meth:`read_after`, waiting up to ``block_s`` for a message (XREAD BLOCK) on the
+        reader's own connection. Raises on failure, and once :meth:`close` was called."""
+        if self._reader_factory is None:
+            return self._read(self.client, cursor, None)
+        return self._read(self._reader_client(block_s), cursor, max(1, int(block_s * 1000)))
+
+    def _reader_client(self, block_s: float) -> Any:
+        with self._reader_lock:
+            if self._closed:
+                raise RuntimeError("semantic store closed")
+            if self._reader is None:
+                assert self._reader_factory is not None
+                self._reader = self._reader_factory(block_s + READER_TIMEOUT_MARGIN_S)
+            return self._reader
+
+    def close(self) -> None:
+        """Close the reader's connection: a read blocked in :meth:`follow` returns at once
+        (with an error) instead of at the end of its block."""
+        with self._reader_lock:
+            self._closed = True
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+    def _read(self, client: Any, cursor: bytes, block_ms: int | None) -> LogRead:
+        last_id, seen = _parse_cursor(cursor)
+        pipe = client.pipeline() if self.cluster else client.pipeline(transaction=False)
         pipe.get(self.gen_key)
-        pipe.xread({self.log_key: cursor}, count=LOG_READ_BATCH)
-        generation, resp = pipe.execute()
-        if not resp:
-            return LogRead(generation, [], cursor, False)
-        raw = resp[0][1]
-        return LogRead(generation, _messages(raw), raw[-1][0], len(raw) >= LOG_READ_BATCH)
+        pipe.xinfo_stream(self.log_key)
+        pipe.xread({self.log_key: last_id}, count=LOG_READ_BATCH, block=block_ms)
+        generation, info, resp = pipe.execute(raise_on_error=False)
+        for r in (generation, resp):
+            if isinstance(r, Exception):
+                raise r
+        raw = resp[0][1] if resp else []
+        lost = _lost(info, seen, raw)
+        next_cursor = cursor if not raw else _cursor(
+            raw[-1][0], None if seen is None else seen + len(raw))
+        return LogRead(generation, _messages(raw), next_cursor, len(raw) >= LOG_READ_BATCH,
+                       lost)
+
+
+def _stream_id(raw: bytes | str) -> tuple[int, int]:
+    s = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = s.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _cursor(stream_id: bytes | str, seen: int | None) -> bytes:
+    sid = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    return f"{sid} {seen}".encode() if seen is not None else sid.encode()
+
+
+def _parse_cursor(cursor: bytes) -> tuple[bytes, int | None]:
+    """``(stream id, messages received up to it or None when unknown)``."""
+    sid, _, seen = cursor.partition(b" ")
+    return sid, int(seen) if seen else None
+
+
+def _lost(info: Any, seen: int | None, raw: list[tuple[bytes, Any]]) -> bool:
+    """Whether messages after the cursor vanished before this read: the stream received
+    ``entries-added - seen`` of them, yet fewer of those were there to read."""
+    if seen is None:
+        return False  # a server without entries-added (Redis < 7): nothing to compare
+    if isinstance(info, Exception):
+        return seen > 0  # the log itself is gone (evicted or deleted) after we read some
+    added = info.get("entries-added")
+    if added is None:
+        return False
+    if added < seen:
+        return True  # the log was deleted and started again
+    last = _stream_id(info["last-generated-id"])
+    there = sum(1 for msg_id, _ in raw if _stream_id(msg_id) <= last)
+    return there < min(added - seen, LOG_READ_BATCH)
 
 
 def _messages(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> list[LogMessage]:

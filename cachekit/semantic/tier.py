@@ -17,15 +17,30 @@ stream message twice is harmless, and invalidation needs no lookup.
 
 When the shared tier offers a :class:`~cachekit.semantic.persistence.SemanticStore` (Redis does),
 every entry is also written there and every addition or removal announced on its log. One daemon
-thread per tier builds the local index from the store's snapshot at start and then polls the log
-(:meth:`~cachekit.semantic.persistence.SemanticStore.read_after`). This module holds the policy
-(what to share, when to rebuild, what to apply); the store only moves records.
+thread per tier, started when the tier is created, builds the local index from the store's
+snapshot and then follows the log with a blocking read on a connection of its own (``follow``,
+when the store offers it; otherwise it polls ``read_after``). It rebuilds from a new snapshot
+when the log says messages were lost (trimmed before they were read), when the store lost its
+data (a new generation), and when an entry it holds is found missing from the store (evicted or
+deleted behind its back: the entries this process answered from are checked in the background,
+and a rotating slice of the rest). Lookups made before the first build wait for it, up to
+``initial_sync_wait_s`` after the tier was created.
+
+Whatever is read from the store is input, not truth: an entry is indexed only when its vector
+has the tier's dimension, is finite and of unit norm (within :data:`UNIT_NORM_TOLERANCE`), was
+made by this tier's embedder, and its id is the id of its own scope and text. Others are skipped
+and counted (``invalid_entries``); they are data errors, not Redis failures, so only the store's
+own round trips run through the engine's guarded call (and its circuit breaker).
+
+This module holds the policy (what to share, when to rebuild, what to apply); the store only
+moves records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import threading
@@ -58,7 +73,15 @@ if TYPE_CHECKING:
     from cachekit.protocols import Embedder, VectorIndex
     from cachekit.semantic.persistence import SemanticStore
 
-__all__ = ["Match", "SemanticEntry", "SemanticTier", "entry_id"]
+__all__ = [
+    "FOLLOW_BLOCK_S",
+    "INITIAL_SYNC_WAIT_S",
+    "UNIT_NORM_TOLERANCE",
+    "Match",
+    "SemanticEntry",
+    "SemanticTier",
+    "entry_id",
+]
 
 log = logging.getLogger("cachekit.semantic")
 
@@ -70,6 +93,20 @@ ENTRY_ID_DIGEST_BYTES = 8
 #: Seconds the sync thread waits after a failed step, doubling up to the maximum.
 _SYNC_BACKOFF_S = 0.05
 _SYNC_BACKOFF_MAX_S = 5.0
+#: Longest one blocking read of the log waits for a message; also how often the sync thread
+#: wakes for its background checks when nothing is written.
+FOLLOW_BLOCK_S = 1.0
+#: Seconds after a tier's creation during which lookups wait for the first build from Redis.
+INITIAL_SYNC_WAIT_S = 2.0
+#: How far a stored vector's norm may be from 1 (float32 rounding of a normalised row is ~1e-7).
+UNIT_NORM_TOLERANCE = 1e-3
+#: Seconds between two presence checks of held entries in the store, and how many per check.
+_AUDIT_INTERVAL_S = 1.0
+_AUDIT_BATCH = 256
+#: Most answered-from ids remembered for the next presence check.
+_HIT_CHECKS_MAX = 1024
+#: An entry this close to its expiry may already be gone from the store: not a sign of eviction.
+_EXPIRY_SLACK_S = 1.0
 
 
 def entry_id(scope: str, text: str) -> int:
@@ -128,6 +165,7 @@ class SemanticTier:
         candidates: int = 4,
         sync_interval_s: float = 0.1,
         stream_maxlen: int = 100_000,
+        initial_sync_wait_s: float = INITIAL_SYNC_WAIT_S,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
@@ -190,6 +228,13 @@ class SemanticTier:
         self._ready = threading.Event()
         self._start_lock = threading.Lock()
         self.resyncs = 0
+        self.invalid_entries = 0
+        self.lost_log = 0
+        self.missing_found = 0
+        self._initial_wait_until = time.monotonic() + max(0.0, initial_sync_wait_s)
+        self._hit_checks: set[int] = set()
+        self._audit_at = 0.0
+        self._audit_pos = 0
         if self._store is None:
             self._ready.set()
 
@@ -240,6 +285,8 @@ class SemanticTier:
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
+        if not self._ready.is_set():
+            self._await_first_build()
         now = self.engine.clock()
         self.purge_expired(now)
         if not requests:
@@ -284,6 +331,14 @@ class SemanticTier:
         for row, i in enumerate(idxs):
             out[i] = self._decide(requests[i][1], scope, scores[row], ids[row], now, version)
 
+    def _await_first_build(self) -> None:
+        """A new replica answers from the shared entries from its first lookup: wait for the
+        first build, but never past the bound set at creation (Redis may be down)."""
+        self.start()
+        left = self._initial_wait_until - time.monotonic()
+        if left > 0:
+            self._ready.wait(left)
+
     def index(self, scope_key: str) -> VectorIndex | None:
         """The vector index of one scope (None while the scope holds nothing)."""
         return self._indexes.get(scope_key)
@@ -311,7 +366,10 @@ class SemanticTier:
             return Match(live[0][0], None)
         if chosen is None:
             return Match(live[0][0], None)
-        return Match(*live[chosen])
+        score, entry = live[chosen]
+        if entry.shared and len(self._hit_checks) < _HIT_CHECKS_MAX:
+            self._hit_checks.add(entry.id)  # confirmed present in the background
+        return Match(score, entry)
 
     def record_hit(self, similarity: float) -> None:
         self._similarities.append(similarity)
@@ -641,12 +699,22 @@ class SemanticTier:
             "redis_sync_lag_p99_ms": ms(self.sync_lag, 0.99),
             "resyncs": self.resyncs,
             **self.arbiter.summary(),
+            "invalid_entries": self.invalid_entries,
+            "log_lost": self.lost_log,
+            "missing_from_store": self.missing_found,
+            "ready": self._ready.is_set(),
         }
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def store(self) -> SemanticStore | None:
+        """The shared store this tier follows (None when entries stay in-process)."""
+        return self._store
+
     def start(self) -> None:
-        """Start following Redis (idempotent; a no-op without Redis). Called on first use."""
+        """Start following Redis (idempotent; a no-op without Redis). The semantic decorator
+        calls it when it creates the tier; every use calls it too."""
         if self._store is None or self._sync_thread is not None or self._stop.is_set():
             return
         with self._start_lock:
@@ -671,9 +739,15 @@ class SemanticTier:
         if self.batcher is not None:
             self.batcher.close()
         self._stop.set()
+        closer = getattr(self._store, "close", None)
+        if callable(closer):
+            try:
+                closer()  # interrupts a blocked read instead of waiting out its block
+            except Exception:
+                log.debug("cachekit: error closing the semantic store", exc_info=True)
         t = self._sync_thread
         if t is not None and t is not threading.current_thread():
-            t.join(5.0)
+            t.join(FOLLOW_BLOCK_S + 1.0)
 
     # ------------------------------------------------------------------ sharing
 
@@ -702,48 +776,74 @@ class SemanticTier:
             self.engine.l2_call(store.delete, list(ids[start : start + PIPELINE_CHUNK]),
                                 self._origin)
 
-    def _fetch(self, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]]:
-        """The stored entries of ``ids`` that this tier can use. Raises on store errors."""
+    def _fetch(self, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]] | None:
+        """The stored entries of ``ids`` that pass validation; None when the store failed."""
         assert self._store is not None
-        stored, bad = self._store.fetch(ids)
+        got = self.engine.l2_call(self._store.fetch, ids)
+        if got is FAILED:
+            return None
+        stored, bad = got
         for id_, reason in bad:
-            self.errors += 1
-            log.warning("cachekit: malformed semantic entry %d ignored: %s", id_, reason)
+            self._invalid(id_, f"unreadable: {reason}")
         now = self.engine.clock()
-        emb = self.embedder.name
         out: list[tuple[SemanticEntry, np.ndarray]] = []
         for s in stored:
-            if s.embedder != emb:
-                self.errors += 1
-                log.warning("cachekit: semantic entry %d was embedded by %r, not %r; ignored",
-                            s.id, s.embedder, emb)
-                continue
-            if s.expires_at is not None and s.expires_at <= now:
+            vec = self._valid_vector(s)
+            if vec is None or (s.expires_at is not None and s.expires_at <= now):
                 continue
             out.append((SemanticEntry(s.id, s.scope, s.text, s.value, s.created_at,
-                                      s.expires_at, s.version, shared=True), s.vector))
+                                      s.expires_at, s.version, shared=True), vec))
         return out
 
-    def _apply_adds(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
-        by_dim: dict[int, list[int]] = {}
-        for i, (_, vec) in enumerate(fetched):
-            by_dim.setdefault(len(vec), []).append(i)
-        for dim, idxs in by_dim.items():
-            entries = [fetched[i][0] for i in idxs]
-            vecs = np.stack([fetched[i][1] for i in idxs]) if idxs else np.empty((0, dim))
-            with self._lock:
-                ok = [j for j, e in enumerate(entries)
-                      if e.scope not in self._indexes or self._indexes[e.scope].dim == dim]
-            if ok:
-                self._insert([entries[j] for j in ok], vecs[ok])
+    def _valid_vector(self, s: StoredEntry) -> np.ndarray | None:
+        """The entry's vector when the entry may be indexed; None (counted) otherwise."""
+        emb = self.embedder
+        vec = np.asarray(s.vector, dtype=np.float32)
+        if s.embedder != emb.name:
+            reason = f"embedded by {s.embedder!r}, not {emb.name!r}"
+        elif vec.ndim != 1 or vec.shape[0] != emb.dim:
+            reason = f"dimension {vec.shape} is not ({emb.dim},)"
+        elif not np.isfinite(vec).all():
+            reason = "vector not finite"
+        elif abs(float(np.linalg.norm(vec)) - 1.0) > UNIT_NORM_TOLERANCE:
+            reason = f"vector norm {float(np.linalg.norm(vec)):.6g} is not 1"
+        elif not isinstance(s.scope, str) or entry_id(s.scope, s.text) != s.id:
+            reason = "id does not match its scope and text"
+        elif not isinstance(s.value, bytes):
+            reason = "value is not bytes"
+        else:
+            return vec
+        self._invalid(s.id, reason)
+        return None
 
-    def _resync(self) -> bytes:
-        """Rebuild the local state from the store. Returns the log cursor to follow from."""
+    def _invalid(self, id_: int, reason: str) -> None:
+        self.invalid_entries += 1
+        log.warning("cachekit: semantic entry %d from the shared store skipped: %s", id_, reason)
+
+    def _apply_adds(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
+        if not fetched:
+            return
+        dim = self.embedder.dim  # validated: every vector has it
+        entries = [e for e, _ in fetched]
+        vecs = np.stack([v for _, v in fetched]).reshape(len(fetched), dim)
+        with self._lock:
+            ok = [j for j, e in enumerate(entries)
+                  if e.scope not in self._indexes or self._indexes[e.scope].dim == dim]
+        if ok:
+            self._insert([entries[j] for j in ok], vecs[ok])
+
+    def _resync(self) -> bytes | None:
+        """Rebuild the local state from the store. Returns the log cursor to follow from, or
+        None when the store failed."""
         assert self._store is not None
         scan_started = time.monotonic()
-        snap = self._store.snapshot()
-        self._gen = snap.generation
+        snap = self.engine.l2_call(self._store.snapshot)
+        if snap is FAILED:
+            return None
         fetched = self._fetch(snap.ids)
+        if fetched is None:
+            return None
+        self._gen = snap.generation
         self._apply_adds(fetched)
         present = {e.id for e, _ in fetched}
         with self._lock:
@@ -753,56 +853,121 @@ class SemanticTier:
         self.resyncs += 1
         return snap.cursor
 
-    def _apply_log(self, messages: Sequence[LogMessage]) -> None:
+    def _apply_log(self, messages: Sequence[LogMessage]) -> bool:
+        """Apply the log's messages; False when an entry could not be fetched."""
         now = time.time()
         for m in messages:
             if m.origin == self._origin:
                 continue
             if m.op == "add":
-                self._apply_adds(self._fetch(m.ids))
+                fetched = self._fetch(m.ids)
+                if fetched is None:
+                    return False
+                self._apply_adds(fetched)
             elif m.op == "del":
                 self.remove_ids(m.ids)
             self.sync_lag.record(max(0.0, now - m.at_s))
+        return True
 
     def _sync_loop(self) -> None:
         backoff = _SYNC_BACKOFF_S
         last: bytes | None = None
         while not self._stop.is_set():
             try:
-                last, ok, more = self._sync_step(last)
-            except Exception as exc:  # a bug or a malformed message must not end syncing
+                last = self._sync_step(last)
+            except Exception as exc:  # a bug or a dead reader must not end syncing
+                if self._stop.is_set():
+                    break
                 self.errors += 1
                 log.warning("cachekit: semantic sync of %s failed (%r); rescanning",
                             self.name, exc)
-                last, ok, more = None, False, False
-            if not ok:
+                last = None
+            if last is None:
                 # Messages may have been missed: the next step rescans, after a backoff.
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _SYNC_BACKOFF_MAX_S)
                 continue
             backoff = _SYNC_BACKOFF_S
-            if not more:
-                self._stop.wait(self._sync_interval_s)
 
-    def _sync_step(self, last: bytes | None) -> tuple[bytes | None, bool, bool]:
-        """One poll: ``(log cursor to go on from, succeeded, more messages waiting)``."""
+    def _sync_step(self, last: bytes | None) -> bytes | None:
+        """Build (when ``last`` is None) or follow the log once. Returns the cursor to go on
+        from, or None to rebuild after a backoff (a failure)."""
+        if last is None:
+            return self._rebuild()
+        read = self._read_log(last)
+        if read is None:
+            return None
+        if read.generation != self._gen or read.lost:
+            # The store lost this tier's data (restart, flush) or messages were trimmed
+            # before they were read: rebuild at once.
+            self.lost_log += read.lost
+            return self._rebuild()
+        if read.messages and not self._apply_log(read.messages):
+            return None
+        self.purge_expired()
+        if self._check_presence():
+            return self._rebuild()
+        return read.cursor
+
+    def _rebuild(self) -> bytes | None:
+        if self._stop.is_set():
+            return None
+        cursor = self._resync()
+        if cursor is not None and not self._ready.is_set():
+            self._ready.set()
+            if self._index_factory is None:
+                # Importing faiss takes most of a second: here, not when the first entry
+                # shared by another replica arrives.
+                import cachekit.semantic.index  # noqa: F401
+        return cursor
+
+    def _read_log(self, cursor: bytes) -> Any:
+        """One read of the log: blocking on the store's own connection when it can follow
+        (its failures are not the shared tier's, so it bypasses the breaker), else a guarded
+        poll after the polling interval."""
         store = self._store
         assert store is not None
-        if last is None:
-            got = self.engine.l2_call(self._resync)
-            if got is FAILED:
-                return None, False, False
-            last = got
-            self._ready.set()
-        read = self.engine.l2_call(store.read_after, last)
-        if read is FAILED:
-            return None, False, False
-        if read.generation != self._gen:
-            return None, True, True  # the store lost this tier's data (restart, flush): rebuild
-        if read.messages:
-            self._apply_log(read.messages)
-        self.purge_expired()
-        return read.cursor, True, read.more
+        follow = getattr(store, "follow", None)
+        if callable(follow):
+            return follow(cursor, FOLLOW_BLOCK_S)
+        self._stop.wait(self._sync_interval_s)
+        read = self.engine.l2_call(store.read_after, cursor)
+        return None if read is FAILED else read
+
+    def _check_presence(self) -> bool:
+        """Whether an entry held here is gone from the store (evicted or deleted without an
+        announcement): the entries answered from since the last check, and a rotating slice of
+        the rest, at most once per :data:`_AUDIT_INTERVAL_S`."""
+        store = self._store
+        missing_of = getattr(store, "missing", None)
+        now_m = time.monotonic()
+        if not callable(missing_of) or now_m < self._audit_at:
+            return False
+        self._audit_at = now_m + _AUDIT_INTERVAL_S
+        ids = self._audit_ids()
+        if not ids:
+            return False
+        gone = self.engine.l2_call(missing_of, ids)
+        if gone is FAILED or not gone:
+            return False
+        now = self.engine.clock()
+        with self._lock:
+            held = [i for i in gone if (e := self._entries.get(i)) is not None and e.shared
+                    and (e.expires_at is None or e.expires_at > now + _EXPIRY_SLACK_S)]
+        self.missing_found += len(held)
+        return bool(held)
+
+    def _audit_ids(self) -> list[int]:
+        hits, self._hit_checks = self._hit_checks, set()
+        with self._lock:
+            n = len(self._entries)
+            if n and self._audit_pos >= n:
+                self._audit_pos = 0
+            start = self._audit_pos
+            ring = [e.id for e in itertools.islice(self._entries.values(), start,
+                                                   start + _AUDIT_BATCH) if e.shared]
+            self._audit_pos = start + _AUDIT_BATCH
+        return list(hits.union(ring))
 
 
 def _index_ids(index: Any) -> list[int]:

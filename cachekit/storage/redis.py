@@ -13,9 +13,10 @@ Lua, multi-key commands) the caller puts them in one slot with :func:`hash_tag`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +32,8 @@ from redis.maint_notifications import MaintNotificationsConfig
 from cachekit.protocols import Entry
 
 __all__ = ["RedisTier", "hash_tag"]
+
+log = logging.getLogger("cachekit")
 
 _DEFAULT_URL = "redis://localhost:6379/0"
 _PLAIN_SCHEMES = ("redis", "rediss", "unix")
@@ -191,7 +194,24 @@ class RedisTier:
         its keys under ``base``: how a semantic tier shares its entries through Redis."""
         from cachekit.semantic.persistence import RedisSemanticStore
 
-        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen)
+        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen,
+                                  reader=self.dedicated_client if self._url else None)
+
+    def dedicated_client(self, socket_timeout: float) -> Any:
+        """A new sync client of its own (one connection) with ``socket_timeout``: for blocking
+        reads (XREAD BLOCK, pub/sub) that must neither hold a pooled connection nor be cut
+        short by the pool's short timeout. The caller closes it."""
+        if not self._url:
+            raise RuntimeError("a RedisTier built on a passed-in client cannot open connections")
+        no_retry = redis.retry.Retry(NoBackoff(), 0)
+        kwargs = self._common_kwargs()
+        # Nothing waits on this connection's setup (it serves background readers), so a loaded
+        # machine's slow connect must not count as a dead server.
+        kwargs.update(socket_timeout=socket_timeout, max_connections=2,
+                      socket_connect_timeout=max(self.connect_timeout, socket_timeout))
+        if self._is_cluster:
+            return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
+        return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
 
     # -- clients -------------------------------------------------------------------------
 
@@ -302,6 +322,40 @@ class RedisTier:
     def incr(self, key: str) -> int:
         return int(self.client.incr(key))
 
+    def incr_from(self, item: tuple[str, int]) -> int:
+        """Atomically raise the counter ``key`` to at least ``floor`` (``item = (key, floor)``;
+        a missing or non-integer value counts as absent), then add one. Returns the new value.
+        A counter lost to eviction thus restarts above what the caller has seen."""
+        key, floor = item
+        return int(self.client.eval(_INCR_FROM, 1, key, int(floor)))
+
+    def raise_counter(self, item: tuple[str, int]) -> int:
+        """Atomically raise the counter ``key`` to at least ``floor`` (``item = (key, floor)``)
+        and return its value: re-seeds a lost counter without undoing a concurrent increment."""
+        key, floor = item
+        return int(self.client.eval(_RAISE, 1, key, int(floor)))
+
+    def publish_invalidation(self, item: tuple[str, bytes]) -> None:
+        """Publish ``payload`` on ``channel`` (``item = (channel, payload)``): the keys one
+        process deleted, for every follower to drop from its in-process tier."""
+        channel, payload = item
+        self.client.publish(channel, payload)
+
+    def follow_invalidations(
+        self, channel: str, on_message: Callable[[bytes], None], on_gap: Callable[[], None],
+        on_subscribed: Callable[[], None] | None = None,
+    ) -> Callable[[], None] | None:
+        """Follow ``channel`` in a daemon thread on a connection of its own: ``on_message``
+        gets each payload; ``on_gap`` runs after a reconnection, since messages published
+        while disconnected are lost (pub/sub keeps none); ``on_subscribed`` runs at each
+        subscription. Returns the function that stops it (None when this tier cannot open
+        connections of its own)."""
+        if not self._url:
+            return None
+        follower = _InvalidationFollower(self, channel, on_message, on_gap, on_subscribed)
+        follower.start()
+        return follower.stop
+
     def ping(self) -> bool:
         return bool(self.client.ping())
 
@@ -342,6 +396,21 @@ class RedisTier:
         c = await self.aclient()
         return int(await c.incr(key))
 
+    async def aincr_from(self, item: tuple[str, int]) -> int:
+        key, floor = item
+        c = await self.aclient()
+        return int(await c.eval(_INCR_FROM, 1, key, int(floor)))
+
+    async def araise_counter(self, item: tuple[str, int]) -> int:
+        key, floor = item
+        c = await self.aclient()
+        return int(await c.eval(_RAISE, 1, key, int(floor)))
+
+    async def apublish_invalidation(self, item: tuple[str, bytes]) -> None:
+        channel, payload = item
+        c = await self.aclient()
+        await c.publish(channel, payload)
+
     async def aping(self) -> bool:
         c = await self.aclient()
         return bool(await c.ping())
@@ -355,6 +424,101 @@ class RedisTier:
             entry = self._async.pop(loop, None)
         if entry is not None:
             await entry[1].aclose()  # runs the generator's finally: closes the client
+
+
+_RAISE = """
+local cur = tonumber(redis.call('GET', KEYS[1]))
+local floor = tonumber(ARGV[1])
+if cur == nil or cur < floor or cur ~= math.floor(cur) then
+  redis.call('SET', KEYS[1], floor)
+  return floor
+end
+return cur
+"""
+
+_INCR_FROM = """
+local cur = tonumber(redis.call('GET', KEYS[1]))
+local floor = tonumber(ARGV[1])
+if cur == nil or cur < floor or cur ~= math.floor(cur) then
+  cur = floor
+end
+redis.call('SET', KEYS[1], cur + 1)
+return cur + 1
+"""
+
+#: Seconds one wait for a pub/sub message lasts: how long a follower takes to see stop().
+_FOLLOW_POLL_S = 1.0
+_FOLLOW_BACKOFF_MAX_S = 5.0
+
+
+class _InvalidationFollower:
+    """The thread behind :meth:`RedisTier.follow_invalidations`."""
+
+    def __init__(self, tier: RedisTier, channel: str, on_message: Callable[[bytes], None],
+                 on_gap: Callable[[], None], on_subscribed: Callable[[], None] | None) -> None:
+        self._tier = tier
+        self._channel = channel
+        self._on_message = on_message
+        self._on_gap = on_gap
+        self._on_subscribed = on_subscribed
+        self._stop = threading.Event()
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"cachekit-invalidations:{channel}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()  # ends a wait for a message at once
+        if self._thread is not threading.current_thread():
+            self._thread.join(_FOLLOW_POLL_S + 1.0)
+
+    def _run(self) -> None:
+        backoff = 0.05
+        subscribed_before = False
+        while not self._stop.is_set():
+            try:
+                subscribed_before = self._follow(subscribed_before)
+                backoff = 0.05
+            except Exception as exc:
+                if self._stop.is_set():
+                    break
+                log.debug("cachekit: invalidation channel %s lost: %r", self._channel, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _FOLLOW_BACKOFF_MAX_S)
+
+    def _follow(self, subscribed_before: bool) -> bool:
+        client = self._tier.dedicated_client(_FOLLOW_POLL_S + self._tier.connect_timeout + 1.0)
+        with self._lock:
+            if self._stop.is_set():
+                client.close()
+                return subscribed_before
+            self._client = client
+        pubsub = client.pubsub()
+        try:
+            pubsub.subscribe(self._channel)
+            while not self._stop.is_set():
+                msg = pubsub.get_message(timeout=_FOLLOW_POLL_S)
+                if msg is None:
+                    continue
+                if msg.get("type") == "subscribe":
+                    if subscribed_before:
+                        self._on_gap()  # what was published while we were away is lost
+                    subscribed_before = True
+                    if self._on_subscribed is not None:
+                        self._on_subscribed()
+                elif msg.get("type") == "message" and isinstance(msg.get("data"), bytes):
+                    self._on_message(msg["data"])
+        finally:
+            pubsub.close()
+            client.close()
+        return subscribed_before
 
 
 async def _close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
