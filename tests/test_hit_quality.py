@@ -400,3 +400,16 @@ def test_verified_policy_through_the_cache(closing: Any) -> None:
     negated = answer.lookup("how do I not reset my password please")
     assert negated.status is Status.MISS and negated.similarity is not None
     assert answer.tier.stats()["policy"].startswith("verified:")
+
+
+def test_error_bounded_policy_learns_from_put(closing: Any) -> None:
+    """Entry points that call the model themselves (the proxy, replay) store with ``put``: the
+    fresh answer settles the policy's pending checks just as a computed one does."""
+    policy = ErrorBoundedPolicy(0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3)
+    answer = make(Cache(), closing, policy, fn=lambda p: "unused")
+    for i in range(60):
+        for text, value in ((f"how do I reset my password variant {i}", "A"),
+                            (f"what is the capital of france variant {i}", "B")):
+            if not answer.lookup(text).hit:
+                answer.put(value, text)
+    assert answer.tier.arbiter.verdicts > 30 and policy.a > 0

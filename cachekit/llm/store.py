@@ -344,6 +344,39 @@ class LLMCache:
         self.cache.close()
 
 
+class AnswerComparator:
+    """Whether two cached LLM answers say the same: their text (message contents, completion
+    texts) compared by embedding similarity, as free text must be; identical texts agree at
+    once. Embeddings responses agree only when equal."""
+
+    def __init__(self, embedder: Any = None, min_similarity: float = 0.9) -> None:
+        from cachekit.semantic.error_bounded import EmbeddingComparator
+
+        self._texts = EmbeddingComparator(embedder, min_similarity=min_similarity)
+
+    def __call__(self, fresh: Any, stored: Any) -> bool:
+        a, b = answer_text(fresh), answer_text(stored)
+        if a is None or b is None:
+            return bool(fresh == stored)
+        return self._texts(a, b)
+
+
+def answer_text(value: Any) -> str | None:
+    """The text of a cached answer (a stored entry or a response body), or None."""
+    body = value.get("r", value) if isinstance(value, Mapping) else None
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    if not isinstance(choices, list):
+        return None
+    parts = []
+    for choice in choices:
+        if not isinstance(choice, Mapping):
+            return None
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+        parts.append(text if isinstance(text, str) else "")
+    return "\n".join(parts)
+
+
 def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
                 cache: Cache | None = None, clock: Callable[[], float] | None = None
                 ) -> LLMCache:
@@ -364,7 +397,8 @@ def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
     if config.semantic and config.policy != "threshold":
         from cachekit.semantic.policies import build_policy
 
-        policy = build_policy(config.policy, config.policy_setting)
+        policy = build_policy(config.policy, config.policy_setting,
+                              comparator=AnswerComparator(embedder))
     return LLMCache(cache, ttl=config.ttl, threshold=config.threshold, semantic=config.semantic,
                     embedder=embedder, capacity=config.capacity, cache_length=config.cache_length,
                     policy=policy)

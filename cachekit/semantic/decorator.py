@@ -354,6 +354,10 @@ class _SemanticCalls:
     def store_core(self, items: Sequence[_Item]) -> Core[int]:
         """Exact entries (``store``), then semantic entries for the ones stored
         (``add_semantic``). Returns how many were stored."""
+        for _, scope_key, t, value in items:
+            # A fresh answer (computed, or put by an entry point that called the model itself)
+            # settles a pending check of the hit policy on the same text.
+            yield ("checked", (scope_key, t, value))
         kept, ttl = self._exact_items(items)
         if not kept:
             return 0
@@ -368,7 +372,6 @@ class _SemanticCalls:
         t0 = time.perf_counter()
         value = yield ("fn", (args, kwargs))
         self._computed(time.perf_counter() - t0)
-        yield ("checked", (scope_key, t, value))  # settles an exploration of the hit policy
         yield from self.store_core([(k, scope_key, t, value)])
         return value
 

@@ -18,6 +18,7 @@ Each policy is built from one number, its *setting*, so a sweep applies to every
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from cachekit.semantic.error_bounded import ErrorBoundedPolicy
 from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
@@ -28,19 +29,23 @@ __all__ = ["POLICY_NAMES", "build_policy"]
 DEFAULT_MAX_ERROR = 0.05
 
 
-def _threshold(setting: float | None) -> HitPolicy:
+def _threshold(setting: float | None, comparator: Comparator | None = None) -> HitPolicy:
     return ThresholdPolicy(DEFAULT_THRESHOLD if setting is None else setting)
 
 
-def _verified(setting: float | None) -> HitPolicy:
+def _verified(setting: float | None, comparator: Comparator | None = None) -> HitPolicy:
     return VerifiedPolicy(min_probability=setting)
 
 
-def _error_bounded(setting: float | None) -> HitPolicy:
-    return ErrorBoundedPolicy(max_error=DEFAULT_MAX_ERROR if setting is None else setting)
+def _error_bounded(setting: float | None, comparator: Comparator | None = None) -> HitPolicy:
+    return ErrorBoundedPolicy(max_error=DEFAULT_MAX_ERROR if setting is None else setting,
+                              comparator=comparator)
 
 
-_BUILDERS: dict[str, Callable[[float | None], HitPolicy]] = {
+#: Whether a fresh answer and a cached one agree (used by policies that learn from checks).
+Comparator = Callable[[Any, Any], bool]
+
+_BUILDERS: dict[str, Callable[[float | None, Comparator | None], HitPolicy]] = {
     "threshold": _threshold,
     "verified": _verified,
     "error-bounded": _error_bounded,
@@ -48,9 +53,12 @@ _BUILDERS: dict[str, Callable[[float | None], HitPolicy]] = {
 POLICY_NAMES = tuple(_BUILDERS)
 
 
-def build_policy(name: str, setting: float | None = None) -> HitPolicy:
-    """The policy called ``name`` at ``setting`` (``None``: its default). ValueError naming the
-    known policies for an unknown name, or for a setting the policy refuses."""
+def build_policy(name: str, setting: float | None = None, *,
+                 comparator: Comparator | None = None) -> HitPolicy:
+    """The policy called ``name`` at ``setting`` (``None``: its default). ``comparator``: how a
+    learning policy tells whether a fresh answer agrees with the cached one (default: equal
+    values). ValueError naming the known policies for an unknown name, or for a setting the
+    policy refuses."""
     try:
         builder = _BUILDERS[name]
     except KeyError:
@@ -59,4 +67,4 @@ def build_policy(name: str, setting: float | None = None) -> HitPolicy:
         ) from None
     if setting is not None and (isinstance(setting, bool) or not isinstance(setting, (int, float))):
         raise ValueError(f"the {name} policy's setting must be a number, got {setting!r}")
-    return builder(None if setting is None else float(setting))
+    return builder(None if setting is None else float(setting), comparator)
