@@ -33,12 +33,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachekit.breaker import CircuitBreaker
-from cachekit.keys import SCALAR_SIGNATURES, all_scalar, local_key
+from cachekit.keys import FLOAT_SIGNATURES, SCALAR_SIGNATURES, all_scalar, local_key
 from cachekit.protocols import Clock, Entry, Serializer
 from cachekit.serialization import (
+    Packed,
     SerializationError,
+    SignedSerializer,
     decode_envelope,
     encode_envelope,
+    for_sharing,
     get_serializer,
 )
 from cachekit.singleflight import SingleFlight
@@ -105,6 +108,9 @@ class Engine:
         self.random = random
         self.key_prefix = key_prefix
         self.serializer: Serializer = get_serializer(serializer)
+        # What L1 copies mutable values with: bytes that never leave the process need no MAC.
+        s = self.serializer
+        self._l1_serializer: Serializer = s.inner if isinstance(s, SignedSerializer) else s
         #: Live counters; entry points record what only they can see (semantic hits, time saved).
         self.telemetry = Telemetry(namespace)
         self.l2: StorageTier | None = l2
@@ -353,7 +359,20 @@ class Engine:
             remaining = env.created_at + env.ttl + env.stale_ttl - now
             if remaining <= 0:
                 return
-        self.l1.set(local, env, remaining, len(data))
+        try:
+            held = self._for_l1(env)
+        except SerializationError:
+            return
+        self.l1.set(local, held, remaining, len(data))
+
+    def _for_l1(self, env: Envelope) -> Envelope:
+        """What L1 holds for ``env``: its value as is when immutable, else a :class:`Packed`
+        copy, so no caller can change what later callers get by mutating its result (what
+        L1 hands out goes through :func:`_loaded`)."""
+        held = for_sharing(self._l1_serializer, env.value)
+        if held is env.value:
+            return env
+        return Envelope(held, env.created_at, env.ttl, env.stale_ttl, env.version)
 
     def _count(self, found: Sequence[Found]) -> None:
         tel = self.telemetry
@@ -397,10 +416,10 @@ class Engine:
         env = self.l1.get(key.local)
         if env is not None and env.fresh(now):
             self._l1c.hits += 1
-            return key, Found(Status.HIT, env, "l1")
+            return key, Found(Status.HIT, _loaded(env), "l1")
         self._l1c.misses += 1
         if env is not None and env.servable_stale(now):
-            return key, Found(Status.STALE, env, "l1")
+            return key, Found(Status.STALE, _loaded(env), "l1")
         return key, Found(Status.MISS)
 
     def l1_fresh(self, key: CacheKey) -> Envelope | None:
@@ -408,7 +427,7 @@ class Engine:
         if self.l1 is None:
             return None
         env = self.l1.get(key.local)
-        return env if env is not None and env.fresh(self.clock()) else None
+        return _loaded(env) if env is not None and env.fresh(self.clock()) else None
 
     def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found]:
         """What each key finds: one L1 pass, then one shared-tier round trip for the L1 misses."""
@@ -486,10 +505,10 @@ class Engine:
                 continue
             ttl = env.ttl
             if ttl is None or now < env.created_at + ttl:
-                fresh[i] = env
+                fresh[i] = env if type(env.value) is not Packed else _loaded(env)
                 continue
             if env.servable_stale(now):
-                stale[i] = env
+                stale[i] = _loaded(env)
             pending.append(i)
         self._l1c.latency.record(time.perf_counter() - t0)
         self._l1c.misses += len(pending)
@@ -511,6 +530,7 @@ class Engine:
             env = Envelope(value, now, ttl, stale_ttl if ttl is not None else 0.0, version)
             try:
                 data = encode_envelope(self.serializer, env)
+                held = self._for_l1(env) if self.l1 is not None else env
             except SerializationError as exc:
                 self.telemetry.serialization_errors += 1
                 log.warning("cachekit: not caching %s: %s", key.remote, exc)
@@ -518,7 +538,7 @@ class Engine:
                 continue
             ok.append(True)
             if self.l1 is not None:
-                self.l1.set(key.local, env, env.storage_ttl, len(data))
+                self.l1.set(key.local, held, env.storage_ttl, len(data))
             entries.append((key.remote, data, env.storage_ttl))
         return ok, entries
 
@@ -702,6 +722,7 @@ class Engine:
         record = self._l1c.latency.record
         engine = self
         sample_mask = HIT_SAMPLE_EVERY - 1
+        packed = Packed
 
         def fast(*args: Any, **kwargs: Any) -> Any:
             if l1_item is None:
@@ -733,7 +754,8 @@ class Engine:
             timing.hits += 1
             if sampled:
                 record(perf_counter() - t0)
-            return env.value
+            v = env.value
+            return v.load() if type(v) is packed else v
 
         return fast
 
@@ -763,6 +785,14 @@ class Engine:
                 self.l2.close()
             except Exception:  # closing a dead connection must not raise either
                 log.debug("cachekit: error closing shared tier", exc_info=True)
+
+
+def _loaded(env: Envelope) -> Envelope:
+    """``env`` as L1 hands it out: a :class:`Packed` value decoded into a copy of its own."""
+    v = env.value
+    if type(v) is not Packed:
+        return env
+    return Envelope(v.load(), env.created_at, env.ttl, env.stale_ttl, env.version)
 
 
 def _merge_found(

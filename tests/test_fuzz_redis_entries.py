@@ -151,15 +151,44 @@ def test_garbage_namespace_version_is_not_an_exception(harness: Harness) -> None
     assert harness.call(1) == "computed:1"
 
 
-@pytest.mark.xfail(strict=True, reason="engine-side wiring: L1 must hold mutable values as "
-                   "serialization.for_sharing(...) and load Packed ones on each hit")
-def test_mutating_a_returned_value_does_not_change_the_cache() -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_mutating_a_returned_value_does_not_change_the_cache(mode: str) -> None:
     cache = Cache()
 
-    @cache.cached
-    def f(x: int) -> list[int]:
-        return [x]
+    if mode == "sync":
+        @cache.cached
+        def f(x: int) -> list[int]:
+            return [x]
+        got: Callable[[], Any] = lambda: f(1)  # noqa: E731
+        looked: Callable[[], Any] = lambda: f.lookup(1).value  # noqa: E731
+    else:
+        @cache.cached
+        async def af(x: int) -> list[int]:
+            return [x]
+        got = lambda: asyncio.run(af(1))  # noqa: E731
+        looked = lambda: asyncio.run(af.lookup(1)).value  # noqa: E731
 
-    got: Callable[[], list[int]] = lambda: f(1)  # noqa: E731
-    got().append(99)
-    assert got() == [1]
+    got().append(99)  # the miss's own result
+    got().append(99)  # an L1 hit through the fast path
+    looked().append(99)  # an L1 hit through lookup
+    assert got() == [1] and looked() == [1]
+
+
+def test_every_l1_reader_hands_out_a_copy(redis_server: RedisServer) -> None:
+    writer = Cache(redis_url=redis_server.url, namespace="copy")
+    reader = Cache(redis_url=redis_server.url, namespace="copy")
+    try:
+        writer.set("k", {"a": [1]})
+        reader.get("k")["a"].append(2)  # filled L1 from the shared tier
+        reader.get("k")["a"].append(3)  # an L1 hit
+        assert reader.get("k") == {"a": [1]}
+        feats = reader.features("user", loader=lambda ids: {i: [i] for i in ids}, ttl=60)
+        feats.get_many([1, 2])[1].append(9)  # loaded
+        feats.get_many([1, 2])[1].append(9)  # L1 hits
+        assert feats.get_many([1, 2])[1] == [1]
+        frozen = (1, "a", (2.0,))
+        reader.set("t", frozen)
+        assert reader.get("t") is frozen  # immutable values are not copied
+    finally:
+        writer.close()
+        reader.close()
