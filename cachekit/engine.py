@@ -717,6 +717,7 @@ class Engine:
         # Argument-type signatures known to be all scalars: tested inline first, since even the
         # call to all_scalar shows in the hit cost.
         scalar_sigs = SCALAR_SIGNATURES
+        float_sigs = FLOAT_SIGNATURES.get
         perf_counter = time.perf_counter
         clock = self.clock
         record = self._l1c.latency.record
@@ -731,9 +732,19 @@ class Engine:
             if not kwargs and first_default <= n <= nparams:
                 values = args if n == nparams else args + defaults[n:]
                 types = tuple(map(type, values))
+                lk: Hashable | None = None
                 if types in scalar_sigs or all_scalar(types):
-                    lk: Hashable = (fname, values, types)
-                else:
+                    lk = (fname, values, types)
+                elif (floats := float_sigs(types)) is not None:
+                    # Scalars and floats: keyed by value unless a float is zero or NaN, whose
+                    # == does not tell keys apart (those take local_key's digest).
+                    lk = (fname, values, types)
+                    for i in floats:
+                        x = values[i]
+                        if x == 0.0 or x != x:
+                            lk = None
+                            break
+                if lk is None:
                     plain = local_key(values, types)
                     lk = (fname, *plain) if plain is not None else local_key_of(args, kwargs)
             else:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import tracemalloc
 
-import pytest
-
 from cachekit import Cache
 from cachekit.storage.memory import MemoryStore, key_size
 
@@ -49,8 +47,6 @@ def test_a_key_larger_than_the_bound_is_not_stored() -> None:
     assert store.get(big_arg(0)) is None and store.get("small") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the decorator's key memo holds every distinct local key "
-                   "(up to 4,096) outside the L1 bound; bounding it is engine-side wiring")
 def test_cached_function_memory_is_bounded_by_l1_max_bytes() -> None:
     cache = Cache(l1_max_bytes=2**20)
 
