@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from redis_servers import RedisServer
 
 from cachekit import Cache
+from cachekit.serialization import SignedSerializer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,3 +193,15 @@ def test_every_l1_reader_hands_out_a_copy(redis_server: RedisServer) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+def test_signed_entries_are_copied_on_read_too() -> None:
+    cache = Cache(serializer=SignedSerializer("msgpack", b"s" * 32))
+
+    @cache.cached
+    def f(x: int) -> dict[str, list[int]]:
+        return {"x": [x]}
+
+    f(1)["x"].append(2)
+    f(1)["x"].append(3)
+    assert f(1) == {"x": [1]}
