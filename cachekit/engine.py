@@ -336,7 +336,8 @@ class Engine:
             l2c.misses += 1
             return prev
         try:
-            env = decode_envelope(self.serializer, data)
+            # A signed entry is bound to its key: one copied over another key is refused.
+            env = decode_envelope(self.serializer, data, key=key.remote)
         except SerializationError as exc:
             l2c.errors += 1
             self.telemetry.serialization_errors += 1
@@ -538,7 +539,7 @@ class Engine:
         for key, value, ttl, stale_ttl, version in items:
             env = Envelope(value, now, ttl, stale_ttl if ttl is not None else 0.0, version)
             try:
-                data = encode_envelope(self.serializer, env)
+                data = encode_envelope(self.serializer, env, key=key.remote)
                 held = self._for_l1(env, data) if self.l1 is not None else env
             except SerializationError as exc:
                 self.telemetry.serialization_errors += 1

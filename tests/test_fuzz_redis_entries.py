@@ -205,3 +205,37 @@ def test_signed_entries_are_copied_on_read_too() -> None:
     f(1)["x"].append(2)
     f(1)["x"].append(3)
     assert f(1) == {"x": [1]}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_signed_entry_moved_to_another_key_is_refused(
+    redis_server: RedisServer, mode: str
+) -> None:
+    cache = Cache(redis_url=redis_server.url, namespace=f"s{mode}",
+                  serializer=SignedSerializer("msgpack", b"k" * 32))
+    raw = redis.Redis.from_url(redis_server.url)
+    try:
+        if mode == "sync":
+            @cache.cached(ttl=60)
+            def f(x: int) -> str:
+                return f"computed:{x}"
+            call: Callable[[int], Any] = f
+        else:
+            @cache.cached(ttl=60)
+            async def af(x: int) -> str:
+                return f"computed:{x}"
+            call = lambda x: asyncio.run(af(x))  # noqa: E731
+            f = af  # type: ignore[assignment]
+        assert call(1) == "computed:1"
+        raw.set(f.cache_key(2), raw.get(f.cache_key(1)))  # the answer for 1, under 2's key
+        assert cache.l1 is not None
+        cache.l1.clear()
+        errors = cache.stats().extra["serialization_errors"]
+        assert call(2) == "computed:2"
+        assert cache.stats().extra["serialization_errors"] == errors + 1
+        cache.l1.clear()
+        assert call(1) == "computed:1"  # its own entry still reads
+        assert cache.stats().extra["serialization_errors"] == errors + 1
+    finally:
+        raw.close()
+        cache.close()
