@@ -456,6 +456,11 @@ class Engine:
         and is called only for entries L1 cannot answer, and an L1 hit allocates nothing, since
         at hundreds of entries per call those costs dominate. Returns the fresh L1 envelopes by
         index (``None`` elsewhere) and, for every other index, its key and what L2 found.
+
+        The fresh envelopes are L1's own: a mutable value is held as a
+        :class:`~cachekit.serialization.Packed`, whose ``load()`` gives the caller its copy
+        (``v.load() if type(v) is Packed else v``); building a new envelope per hit would cost
+        more than the copy.
         """
         return self._run(self._lazy_core(locals_, key_of))
 
@@ -508,7 +513,7 @@ class Engine:
                 continue
             ttl = env.ttl
             if ttl is None or now < env.created_at + ttl:
-                fresh[i] = env if type(env.value) is not Packed else _loaded(env)
+                fresh[i] = env  # as held: see lookup_lazy on Packed values
                 continue
             if env.servable_stale(now):
                 stale[i] = _loaded(env)
@@ -529,6 +534,7 @@ class Engine:
             items = [(k, *item[1:]) for k, item in zip(fresh, items, strict=True)]
         ok: list[bool] = []
         entries: list[Entry] = []
+        l1_items: list[tuple[Hashable, Envelope, float | None, int]] = []
         for key, value, ttl, stale_ttl, version in items:
             env = Envelope(value, now, ttl, stale_ttl if ttl is not None else 0.0, version)
             try:
@@ -540,9 +546,10 @@ class Engine:
                 ok.append(False)
                 continue
             ok.append(True)
-            if self.l1 is not None:
-                self.l1.set(key.local, held, env.storage_ttl, len(data))
+            l1_items.append((key.local, held, env.storage_ttl, len(data)))
             entries.append((key.remote, data, env.storage_ttl))
+        if self.l1 is not None:
+            self.l1.set_many(l1_items)
         return ok, entries
 
     def _store_core(self, items: Sequence[StoreItem]) -> Core[list[bool]]:
@@ -813,6 +820,6 @@ def _merge_found(
     fresh: list[Envelope | None], rest: dict[int, tuple[CacheKey, Found]]
 ) -> list[Found]:
     return [
-        Found(Status.HIT, env, "l1") if env is not None else rest[i][1]
+        Found(Status.HIT, _loaded(env), "l1") if env is not None else rest[i][1]
         for i, env in enumerate(fresh)
     ]
