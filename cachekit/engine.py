@@ -743,17 +743,20 @@ class Engine:
                 values = args if n == nparams else args + defaults[n:]
                 types = tuple(map(type, values))
                 lk: Hashable | None = None
-                if types in scalar_sigs or all_scalar(types):
+                if types in scalar_sigs:
                     lk = (fname, values, types)
                 elif (floats := float_sigs(types)) is not None:
                     # Scalars and floats: keyed by value unless a float is zero or NaN, whose
-                    # == does not tell keys apart (those take local_key's digest).
+                    # == does not tell keys apart (those take local_key's digest). Asked before
+                    # all_scalar, whose call alone costs a tenth of a float-argument hit.
                     lk = (fname, values, types)
                     for i in floats:
                         x = values[i]
                         if x == 0.0 or x != x:
                             lk = None
                             break
+                elif all_scalar(types):
+                    lk = (fname, values, types)
                 if lk is None:
                     plain = local_key(values, types)
                     lk = (fname, *plain) if plain is not None else local_key_of(args, kwargs)
