@@ -220,6 +220,9 @@ class Cache:
 
     @property
     def l1(self) -> MemoryStore[Envelope] | None:
+        """The in-process tier, for introspection. It holds a mutable value as a
+        :class:`~cachekit.serialization.Packed` (``.load()`` decodes a copy); read values
+        through the cache, which does that for you."""
         return self.engine.l1
 
     @property

@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cachekit.keys import ArgNormalizer, KeyError_, all_scalar, local_key, stable_digest
+from cachekit.storage.memory import key_size
 from cachekit.types import CacheKey, Found, LookupResult, Status, StoreItem
 from cachekit.validation import check_fraction, check_seconds
 
@@ -29,6 +30,9 @@ _MISS: Any = object()
 
 #: Full keys memoized per decorated function before the memo is cleared (a bound on memory).
 KEY_MEMO_SIZE = 4096
+#: Local keys larger than this (bytes, ``key_size``) are not memoized: the memo lives outside
+#: the L1 byte bound, and for such keys the digest is cheap next to the argument's own size.
+KEY_MEMO_MAX_KEY_BYTES = 1024
 
 
 class CachedFunction(Protocol):
@@ -57,6 +61,8 @@ class _Keys:
         self.param_names = tuple(inspect.signature(fn).parameters)
         self.normalize = ArgNormalizer(fn, ignore)
         self.shape = self.normalize.positional_fast_path if key is None else None
+        # What a key error calls each value: the parameter, or the key function's result.
+        self.names: tuple[str, ...] = self.normalize.value_names if key is None else ("key",)
         self.first_default, self.nparams, self.defaults = (
             self.shape if self.shape is not None else (0, -1, ())
         )
@@ -102,7 +108,7 @@ class _Keys:
         lk = local_key(values, types)
         if lk is not None:
             return (self.fname, *lk), None
-        digest = stable_digest(values)
+        digest = stable_digest(values, names=self.names)
         return (self.fname, digest), digest
 
     def local_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
@@ -114,8 +120,10 @@ class _Keys:
         if k is not None and k.version == self.engine.version:
             return k
         if digest is None:
-            digest = stable_digest(self._values(args, kwargs))
+            digest = stable_digest(self._values(args, kwargs), names=self.names)
         k = self.engine.make_key("f", self.fname, digest, lk)
+        if key_size(lk) > KEY_MEMO_MAX_KEY_BYTES:
+            return k
         if len(self.made) >= KEY_MEMO_SIZE:
             self.made.clear()
         self.made[lk] = k

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachekit.keys import stable_digest
 from cachekit.sansio import Core, adrive, drive
+from cachekit.serialization import Packed
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Found, Status, StoreItem
 
@@ -292,7 +293,8 @@ class FeatureSet:
         for i, env in enumerate(fresh):
             if env is not None:
                 if env.version is None:
-                    vals[i] = env.value
+                    v = env.value  # L1's own: a mutable value is packed, each caller a copy
+                    vals[i] = v.load() if type(v) is Packed else v
                 else:
                     vals[i] = _ABSENT
                     absent.append(i)

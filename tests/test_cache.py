@@ -356,3 +356,57 @@ def test_numpy_and_dataclass_arguments() -> None:
     a = np.ones(4, dtype=np.float32)
     score(a), score(a.copy()), score(np.ones(4, dtype=np.float64))
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_unkeyable_argument_is_a_type_error_naming_its_parameter(mode: str) -> None:
+    cache = Cache()
+    loop: list[object] = []
+    loop.append(loop)
+
+    if mode == "sync":
+        @cache.cached
+        def f(x: int, options: object = None) -> int:
+            return x
+
+        @cache.cached(key=lambda x: (x, object()))
+        def g(x: int) -> int:
+            return x
+        call = lambda fn, *a, **kw: fn(*a, **kw)  # noqa: E731
+    else:
+        @cache.cached
+        async def f(x: int, options: object = None) -> int:
+            return x
+
+        @cache.cached(key=lambda x: (x, object()))
+        async def g(x: int) -> int:
+            return x
+        call = lambda fn, *a, **kw: asyncio.run(fn(*a, **kw))  # noqa: E731
+
+    for bad in (object(), loop, 10**5000):
+        with pytest.raises(TypeError, match="parameter 'options'"):
+            call(f, 1, bad)
+        with pytest.raises(TypeError, match="parameter 'options'"):
+            call(f, 1, options=bad)
+    with pytest.raises(TypeError, match="parameter 'key'"):
+        call(g, 1)
+    assert call(f, 2) == 2  # and the function still works
+
+
+def test_float_arguments_hit_by_bits_through_the_fast_path() -> None:
+    cache = Cache()
+    calls: list[float] = []
+
+    @cache.cached
+    def f(x: float, tag: str = "a") -> str:
+        calls.append(x)
+        return repr(x)
+
+    for x in (0.5, 0.5, -0.0, 0.0, -0.0, float("nan"), float("nan"), 2.5):
+        f(x)
+    assert f(0.0) == "0.0" and f(-0.0) == "-0.0"
+    assert [repr(c) for c in calls] == ["0.5", "-0.0", "0.0", "nan", "2.5"]
+    assert f.lookup(0.5).tier == "l1" and f(0.5, "a") == "0.5"
+    hits = cache.stats().hits
+    f(0.5)
+    assert cache.stats().hits == hits + 1

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from redis_servers import RedisServer
 
 from cachekit import Cache
+from cachekit.serialization import SignedSerializer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,15 +150,90 @@ def test_garbage_namespace_version_is_not_an_exception(harness: Harness) -> None
     assert harness.call(1) == "computed:1"
 
 
-@pytest.mark.xfail(strict=True, reason="engine-side wiring: L1 must hold mutable values as "
-                   "serialization.for_sharing(...) and load Packed ones on each hit")
-def test_mutating_a_returned_value_does_not_change_the_cache() -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_mutating_a_returned_value_does_not_change_the_cache(mode: str) -> None:
     cache = Cache()
 
-    @cache.cached
-    def f(x: int) -> list[int]:
-        return [x]
+    if mode == "sync":
+        @cache.cached
+        def f(x: int) -> list[int]:
+            return [x]
+        got: Callable[[], Any] = lambda: f(1)  # noqa: E731
+        looked: Callable[[], Any] = lambda: f.lookup(1).value  # noqa: E731
+    else:
+        @cache.cached
+        async def af(x: int) -> list[int]:
+            return [x]
+        got = lambda: asyncio.run(af(1))  # noqa: E731
+        looked = lambda: asyncio.run(af.lookup(1)).value  # noqa: E731
 
-    got: Callable[[], list[int]] = lambda: f(1)  # noqa: E731
-    got().append(99)
-    assert got() == [1]
+    got().append(99)  # the miss's own result
+    got().append(99)  # an L1 hit through the fast path
+    looked().append(99)  # an L1 hit through lookup
+    assert got() == [1] and looked() == [1]
+
+
+def test_every_l1_reader_hands_out_a_copy(redis_server: RedisServer) -> None:
+    writer = Cache(redis_url=redis_server.url, namespace="copy")
+    reader = Cache(redis_url=redis_server.url, namespace="copy")
+    try:
+        writer.set("k", {"a": [1]})
+        reader.get("k")["a"].append(2)  # filled L1 from the shared tier
+        reader.get("k")["a"].append(3)  # an L1 hit
+        assert reader.get("k") == {"a": [1]}
+        feats = reader.features("user", loader=lambda ids: {i: [i] for i in ids}, ttl=60)
+        feats.get_many([1, 2])[1].append(9)  # loaded
+        feats.get_many([1, 2])[1].append(9)  # L1 hits
+        assert feats.get_many([1, 2])[1] == [1]
+        frozen = (1, "a", (2.0,))
+        reader.set("t", frozen)
+        assert reader.get("t") is frozen  # immutable values are not copied
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_signed_entries_are_copied_on_read_too() -> None:
+    cache = Cache(serializer=SignedSerializer("msgpack", b"s" * 32))
+
+    @cache.cached
+    def f(x: int) -> dict[str, list[int]]:
+        return {"x": [x]}
+
+    f(1)["x"].append(2)
+    f(1)["x"].append(3)
+    assert f(1) == {"x": [1]}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_signed_entry_moved_to_another_key_is_refused(
+    redis_server: RedisServer, mode: str
+) -> None:
+    cache = Cache(redis_url=redis_server.url, namespace=f"s{mode}",
+                  serializer=SignedSerializer("msgpack", b"k" * 32))
+    raw = redis.Redis.from_url(redis_server.url)
+    try:
+        if mode == "sync":
+            @cache.cached(ttl=60)
+            def f(x: int) -> str:
+                return f"computed:{x}"
+            call: Callable[[int], Any] = f
+        else:
+            @cache.cached(ttl=60)
+            async def af(x: int) -> str:
+                return f"computed:{x}"
+            call = lambda x: asyncio.run(af(x))  # noqa: E731
+            f = af  # type: ignore[assignment]
+        assert call(1) == "computed:1"
+        raw.set(f.cache_key(2), raw.get(f.cache_key(1)))  # the answer for 1, under 2's key
+        assert cache.l1 is not None
+        cache.l1.clear()
+        errors = cache.stats().extra["serialization_errors"]
+        assert call(2) == "computed:2"
+        assert cache.stats().extra["serialization_errors"] == errors + 1
+        cache.l1.clear()
+        assert call(1) == "computed:1"  # its own entry still reads
+        assert cache.stats().extra["serialization_errors"] == errors + 1
+    finally:
+        raw.close()
+        cache.close()

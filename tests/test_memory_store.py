@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import tracemalloc
 
-import pytest
-
 from cachekit import Cache
 from cachekit.storage.memory import MemoryStore, key_size
 
@@ -49,8 +47,6 @@ def test_a_key_larger_than_the_bound_is_not_stored() -> None:
     assert store.get(big_arg(0)) is None and store.get("small") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the decorator's key memo holds every distinct local key "
-                   "(up to 4,096) outside the L1 bound; bounding it is engine-side wiring")
 def test_cached_function_memory_is_bounded_by_l1_max_bytes() -> None:
     cache = Cache(l1_max_bytes=2**20)
 
@@ -68,3 +64,22 @@ def test_cached_function_memory_is_bounded_by_l1_max_bytes() -> None:
         tracemalloc.stop()
     assert cache.l1 is not None and cache.l1.currsize <= 2**20
     assert grown < 16 * 2**20
+
+
+def test_set_many_is_set_of_each() -> None:
+    clock = [100.0]
+    one: MemoryStore[int] = MemoryStore(max_entries=3, max_bytes=10_000, clock=lambda: clock[0])
+    many: MemoryStore[int] = MemoryStore(max_entries=3, max_bytes=10_000, clock=lambda: clock[0])
+    one.set("gone", 0, None)
+    many.set("gone", 0, None)
+    items = [("a", 1, 5.0, 10), ("gone", 9, 0.0, 1), ("huge", 2, None, 20_000),
+             ("b", 3, None, 1), ("c", 4, 1.0, 1), ("d", 5, 10.0, 1)]
+    for key, value, ttl, size in items:
+        one.set(key, value, ttl, size)
+    many.set_many(items)
+    clock[0] += 2.0
+    for store in (one, many):
+        assert [store.get(k) for k in ("a", "gone", "huge", "b", "c", "d")] == \
+            [None, None, None, 3, None, 5]  # a evicted (3 entries), c expired
+        assert len(store) == 3
+    assert one.currsize == many.currsize

@@ -493,3 +493,40 @@ async def test_async_cluster(cluster_tier: RedisTier, key_prefix: str) -> None:
     assert await cluster_tier.aincr(f"{key_prefix}n") == 1
     assert await cluster_tier.aping()
     await cluster_tier.aclose()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("scripts_allowed", [True, False])
+def test_large_batches_write_every_ttl_kind(
+    redis_server: RedisServer, mode: str, scripts_allowed: bool
+) -> None:
+    """Batches go through one script when the server allows it, and through a pipeline when
+    an ACL refuses scripts: the same entries either way."""
+    admin = redis.Redis.from_url(redis_server.url)
+    user = f"noscript{mode}"
+    admin.acl_setuser(user, enabled=True, nopass=True, keys=["*"],
+                      commands=["+@all"] + ([] if scripts_allowed else ["-@scripting"]))
+    host, port = admin.connection_pool.connection_kwargs["host"], redis_server.port
+    tier = RedisTier(f"redis://{user}@{host}:{port}/0")
+    sent: list[str] = []
+    execute = tier.client.execute_command
+    tier.client.execute_command = lambda *a, **k: sent.append(a[0]) or execute(*a, **k)
+    admin.set(f"{mode}:expired", b"old")
+    entries = [(f"{mode}:ttl{i}", b"v%d" % i, 60.0) for i in range(10)]
+    entries += [(f"{mode}:forever", b"f", None), (f"{mode}:expired", b"new", 0.0),
+                (f"{mode}:tiny", b"t", 1e-6)]
+    try:
+        if mode == "sync":
+            tier.set_many(entries)
+        else:
+            asyncio.run(tier.aset_many(entries))
+        got = tier.get_many([k for k, _, _ in entries[:11]])
+        assert got == [v for _, v, _ in entries[:11]]
+        assert admin.get(f"{mode}:expired") is None
+        assert 0 < admin.pttl(f"{mode}:ttl3") <= 60_000 and admin.pttl(f"{mode}:forever") == -1
+        assert admin.pttl(f"{mode}:tiny") != -1  # a tiny TTL is still a TTL
+        if mode == "sync":  # the script was tried, and written through when allowed
+            assert sent[0] == "EVAL"
+    finally:
+        tier.close()
+        admin.close()

@@ -596,3 +596,18 @@ def test_cache_close_stops_semantic_background_threads() -> None:
         t.join(5)
     assert not any(t.is_alive() for t in started)
     cache.close()  # idempotent
+
+
+def test_returned_values_are_copies_on_exact_and_semantic_hits(emb, closing) -> None:
+    cache = Cache()
+
+    @cache.semantic(embedder=emb, ttl=3600, threshold=THRESHOLD)
+    def answer(prompt: str) -> dict[str, list[str]]:
+        return {"said": [prompt]}
+
+    closing(answer)
+    answer(STORED)["said"].append("changed")  # the miss's own result
+    answer(STORED)["said"].append("changed")  # an exact L1 hit
+    answer(CLOSE)["said"].append("changed")  # a semantic hit
+    assert answer(STORED) == {"said": [STORED]} == answer(CLOSE)
+    assert answer.lookup(CLOSE).status is Status.SEMANTIC_HIT
