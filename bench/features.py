@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -114,7 +114,8 @@ class Bench:
         get, keys = self.redis.get, self.hot_keys
 
         def run() -> list[Any]:
-            return [msgpack.unpackb(get(k)[1:], raw=False, strict_map_key=False) for k in keys]
+            return [msgpack.unpackb(cast(bytes, get(k))[1:], raw=False, strict_map_key=False)
+                    for k in keys]
 
         return run
 
@@ -122,7 +123,8 @@ class Bench:
         mget, keys = self.redis.mget, self.hot_keys
 
         def run() -> list[Any]:
-            return [msgpack.unpackb(v[1:], raw=False, strict_map_key=False) for v in mget(keys)]
+            return [msgpack.unpackb(cast(bytes, v)[1:], raw=False, strict_map_key=False)
+                    for v in mget(keys)]
 
         return run
 

@@ -45,7 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import _policies  # type: ignore[import-not-found]
+import _policies
 import numpy as np
 
 from cachekit.semantic.embedder import CachedEmbedder, SentenceTransformerEmbedder

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import redis
-from _servers import RedisServer  # type: ignore[import-not-found]
+from _servers import RedisServer
 
 from cachekit.storage.redis import RedisTier
 

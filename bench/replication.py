@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _servers import RedisServer  # type: ignore[import-not-found]
+from _servers import RedisServer
 
 from cachekit import Cache, Status
 from cachekit.semantic.tier import entry_id

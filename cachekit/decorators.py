@@ -57,8 +57,6 @@ class _Keys:
         self.engine = engine
         self.fname = fname
         self.key = key
-        self.ignore = ignore
-        self.param_names = tuple(inspect.signature(fn).parameters)
         self.normalize = ArgNormalizer(fn, ignore)
         self.shape = self.normalize.positional_fast_path if key is None else None
         # What a key error calls each value: the parameter, or the key function's result.
@@ -76,25 +74,13 @@ class _Keys:
             return (self.key(*args, **kwargs),)
         return self.normalize(args, kwargs)
 
-    def _unkeyable(self, values: tuple[Any, ...], exc: KeyError_) -> KeyError_:
-        """``exc`` again, naming the argument it is about."""
-        names = (["the key= function's result"] if self.key is not None else
-                 [n for n in self.param_names if n not in self.ignore])
-        if len(names) == len(values):
-            for name, value in zip(names, values, strict=True):
-                try:
-                    stable_digest(value)
-                except KeyError_ as failed:
-                    shown = name if self.key is not None else f"argument {name!r}"
-                    return KeyError_(f"{self.fname}: {shown}: {failed}")
-        return KeyError_(f"{self.fname}: {exc}")
-
     def local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         """The local key, and the stable digest when it had to be computed anyway."""
         try:
             return self._local(args, kwargs)
         except KeyError_ as exc:
-            raise self._unkeyable(self._values(args, kwargs), exc) from exc
+            # The key functions name the parameter (or ``key``); say whose parameter it is.
+            raise KeyError_(f"{self.fname}: {exc}") from exc
 
     def _local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         types: tuple[type, ...] | None = None

@@ -4,7 +4,7 @@ version is part of every key. python examples/classifier.py"""
 from cachekit import Cache
 
 cache = Cache(namespace="clf-example", default_ttl=600)
-scored = []
+scored: list[tuple[float, ...]] = []
 
 
 @cache.cached(version="clf-v7")

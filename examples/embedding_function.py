@@ -6,7 +6,7 @@ import numpy as np
 from cachekit import Cache
 
 cache = Cache(namespace="embed-example")
-calls = []
+calls: list[object] = []
 
 
 @cache.cached(ttl=7 * 24 * 3600, version="model-2024-06")  # bump version when the model changes

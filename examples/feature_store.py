@@ -4,7 +4,7 @@ the cache cannot answer. python examples/feature_store.py"""
 from cachekit import Cache
 
 cache = Cache(namespace="features-example")
-loader_calls = []
+loader_calls: list[list[int]] = []
 
 
 def load_items(ids: list[int]) -> dict[int, dict[str, float]]:

@@ -4,7 +4,7 @@ prompts never do. python examples/llm_function.py"""
 from cachekit import Cache, Status
 
 cache = Cache(namespace="llm-example")
-calls = []
+calls: list[object] = []
 
 
 @cache.semantic(ttl=24 * 3600)

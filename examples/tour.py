@@ -9,7 +9,7 @@ import os
 from cachekit import Cache, Status
 
 cache = Cache(redis_url=os.environ.get("CACHEKIT_REDIS_URL"), namespace="tour")
-calls = []
+calls: list[object] = []
 
 
 @cache.cached(ttl=300)  # sync or async functions alike

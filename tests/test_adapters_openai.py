@@ -139,4 +139,4 @@ async def test_embeddings(upstream: Any, llm: LLMCache, mode: str) -> None:
 
 def test_rejects_other_clients(llm: LLMCache) -> None:
     with pytest.raises(TypeError):
-        cached_client(object(), llm)  # type: ignore[arg-type]
+        cached_client(object(), llm)

@@ -27,7 +27,7 @@ def test_the_installed_faiss_is_not_mixed() -> None:
     check_faiss_distributions()  # this environment has one faiss only
 
 
-def test_a_mixed_faiss_install_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_mixed_faiss_install_is_refused(tmp_path) -> None:
     # A fake faiss-gpu distribution next to the real faiss-cpu, visible through sys.path.
     dist = tmp_path / "faiss_gpu-1.0.dist-info"
     dist.mkdir()

@@ -223,9 +223,11 @@ def test_a_signed_entry_moved_to_another_key_is_refused(
             async def af(x: int) -> str:
                 return f"computed:{x}"
             call = lambda x: asyncio.run(af(x))  # noqa: E731
-            f = af  # type: ignore[assignment]
+            f = af
         assert call(1) == "computed:1"
-        raw.set(f.cache_key(2), raw.get(f.cache_key(1)))  # the answer for 1, under 2's key
+        answer = raw.get(f.cache_key(1))
+        assert answer is not None
+        raw.set(f.cache_key(2), answer)  # the answer for 1, under 2's key
         assert cache.l1 is not None
         cache.l1.clear()
         errors = cache.stats().extra["serialization_errors"]

@@ -166,7 +166,7 @@ def test_tenants_are_keyed_hashes_and_groups_share() -> None:
     assert r.resolve(None) == r.resolve("Basic xyz") == "anonymous"
     assert r.resolve("Bearer sk-one", explicit="acme") == "explicit:acme"
     with pytest.raises(TypeError):
-        TenantResolver("s", {"g": "sk-a"})  # type: ignore[dict-item]
+        TenantResolver("s", {"g": "sk-a"})
 
 
 # ---------------------------------------------------------------------- responses

@@ -136,12 +136,12 @@ def upstream_calls(upstream: FakeUpstream, key: str, path: str = CHAT) -> int:
                if c["path"] == path and c["headers"].get("authorization") == f"Bearer {key}")
 
 
-def msgs(text: str) -> list[dict[str, Any]]:
+def msgs(text: str) -> list[Any]:
     return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
 
 
 def chat(client: openai.OpenAI, text: str, headers: dict[str, str] | None = None,
-         **kw: Any) -> tuple[Any, httpx.Headers]:
+         **kw: Any) -> tuple[Any, Any]:
     raw = client.chat.completions.with_raw_response.create(
         model=kw.pop("model", MODEL), messages=kw.pop("messages", None) or msgs(text),
         extra_headers=headers, **kw)
@@ -149,7 +149,7 @@ def chat(client: openai.OpenAI, text: str, headers: dict[str, str] | None = None
 
 
 def stream_chat(client: openai.OpenAI, text: str, **kw: Any
-                ) -> tuple[list[Any], httpx.Headers]:
+                ) -> tuple[list[Any], Any]:
     raw = client.chat.completions.with_raw_response.create(
         model=kw.pop("model", MODEL), messages=msgs(text), stream=True, **kw)
     return list(raw.parse()), raw.headers
@@ -229,7 +229,7 @@ def test_stream_miss_is_relayed_before_the_upstream_finishes(
         proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
     upstream.gate.clear()
     try:
-        stream = client.chat.completions.create(model="fake-gated", messages=msgs("go"),
+        stream: Any = client.chat.completions.create(model="fake-gated", messages=msgs("go"),
                                                 stream=True)
         # The upstream holds the rest of its answer until the gate opens: these chunks can only
         # arrive if the proxy relays them as they come.

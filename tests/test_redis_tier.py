@@ -510,9 +510,15 @@ def test_large_batches_write_every_ttl_kind(
     tier = RedisTier(f"redis://{user}@{host}:{port}/0")
     sent: list[str] = []
     execute = tier.client.execute_command
-    tier.client.execute_command = lambda *a, **k: sent.append(a[0]) or execute(*a, **k)
+    def counting(*a: Any, **k: Any) -> Any:
+        sent.append(a[0])
+        return execute(*a, **k)
+
+    tier.client.execute_command = counting
     admin.set(f"{mode}:expired", b"old")
-    entries = [(f"{mode}:ttl{i}", b"v%d" % i, 60.0) for i in range(10)]
+    entries: list[tuple[str, bytes, float | None]] = [
+        (f"{mode}:ttl{i}", b"v%d" % i, 60.0) for i in range(10)
+    ]
     entries += [(f"{mode}:forever", b"f", None), (f"{mode}:expired", b"new", 0.0),
                 (f"{mode}:tiny", b"t", 1e-6)]
     try:

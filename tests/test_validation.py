@@ -52,7 +52,7 @@ def test_unkeyable_argument_is_named(mode: str) -> None:
 
         call = lambda *a, **kw: asyncio.run(af(*a, **kw))  # noqa: E731
     for args, kwargs in (((1, object()), {}), ((1,), {"config": object()})):
-        with pytest.raises(KeyError_, match="argument 'config'") as info:
+        with pytest.raises(KeyError_, match="f: parameter 'config'") as info:
             call(*args, **kwargs)
         assert isinstance(info.value, TypeError)
         assert "key=" in str(info.value)  # and what to do about it
