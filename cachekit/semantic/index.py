@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     IdArray = npt.NDArray[np.int64]
 
 __all__ = [
+    "DEFAULT_BACKGROUND_MIN",
     "DEFAULT_EF_CONSTRUCTION",
     "DEFAULT_EF_SEARCH",
     "DEFAULT_EXACT_MAX",
