@@ -436,3 +436,19 @@ def test_searches_never_wait_for_a_background_build() -> None:
     np.testing.assert_array_equal(found[:, 0], np.arange(40))
     hold.release.set()
     assert index.wait_rebuilt(10) and index.mode == "hnsw"
+
+
+def test_removals_during_a_rebuild_can_chain_the_next_one() -> None:
+    hold = HeldRebuild()
+    index = FaissIndex(DIM, exact_max=20, hnsw_m=16, ef_search=64, background_min=0,
+                       rebuild_hook=hold)
+    vecs = unit_vectors(100, seed=14)
+    index.add(np.arange(100, dtype=np.int64), vecs)  # migration starts
+    assert hold.built.wait(10)
+    index.remove(np.arange(50, dtype=np.int64))  # journaled: half the new graph is dead
+    hold.release.set()
+    assert index.wait_rebuilt(10)
+    # The migration swapped in, then the tombstones it inherited triggered a rebuild, which
+    # wait_rebuilt waited for too.
+    assert index.rebuilds == 2 and index.tombstones == 0 and not index.rebuilding
+    check_contents(index, {i: vecs[i] for i in range(50, 100)})

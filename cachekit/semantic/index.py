@@ -502,15 +502,13 @@ class FaissIndex:
             if self._rebuild_hook is not None:
                 self._rebuild_hook("built")
             self._catch_up_and_swap(graph)
-            self.rebuilds += 1
         except Exception:
             self.rebuild_errors += 1
             log.warning("cachekit: index rebuild failed; the old index keeps serving",
                         exc_info=True)
             with self._lock.write():
                 self._journal = None
-        finally:
-            self._rebuilt.set()
+                self._rebuilt.set()
 
     def _catch_up_and_swap(self, graph: _Graph) -> None:
         for round_ in range(_CATCH_UP_ROUNDS + 1):
@@ -520,8 +518,12 @@ class FaissIndex:
                     _replay(graph, pending)
                     self._journal = None
                     self._install(graph)
-                    # Writes journaled during the build may already call for the next one.
+                    self.rebuilds += 1
+                    # Removals journaled during the build may already call for the next one;
+                    # waiters wake only once no rebuild follows.
                     self._maybe_compact()
+                    if self._journal is None:
+                        self._rebuilt.set()
                     return
                 self._journal = []
             _replay(graph, pending)  # the new graph is this thread's alone until installed
