@@ -19,9 +19,11 @@ Examples::
 searches (batch 1) back to back while a writer adds one vector every ``--write-every-ms``,
 across (a) the exact-to-HNSW migration, starting just under ``exact_max`` (8k) and writing
 through it, and (b) a tombstone rebuild at each ``--rebuild-sizes``: an HNSW index of that size
-has 26% of its ids removed in one call, which triggers the rebuild. Both run with the rebuild in
+has just over 25% of its ids removed, which triggers the rebuild. Both run with the rebuild in
 the background (the default) and, as the baseline, synchronous (``background_min`` above the
-size: the write that triggers it holds the lock for the whole build). Printed per case: the
+size: the write that triggers it holds the lock for the whole build). The removals up to just
+under the rebuild threshold are made before the window, in batches of 1000; one more batch of
+1000 inside the window triggers the rebuild. Printed per case: the
 worst, p99 and p50 search latency and the worst write latency over the window, the rebuild's
 duration, and how many searches and writes were served meanwhile.
 """
@@ -272,12 +274,19 @@ def stall_rebuild(n: int, args: argparse.Namespace, mode: str) -> str:
     index = hnsw_of(n, stored, args, mode)
     fresh = perturb(stored[: 20_000], STORE_NOISE, np.random.default_rng(3))
     del stored
-    gone = np.arange(0, int(n * 0.26), dtype=np.int64)
+    # Tombstones up to just under rebuild_fraction (25%) before the window, in batches of 1000
+    # (removing a quarter of a million ids in one call holds the write lock for seconds by
+    # itself); inside the window, one more batch of 1000 tips it and the rebuild starts.
+    under = int(n * 0.25) - 1_000
+    for lo in range(0, under, 1_000):
+        index.remove(np.arange(lo, min(under, lo + 1_000), dtype=np.int64))
+    assert not index.rebuilding and index.tombstones == under
+    gone = np.arange(0, under + 2_000, dtype=np.int64)
     limit = args.rebuild_limit_s
     with Traffic(index, queries, fresh, n, args.write_every_ms / 1e3, limit) as tr:
         tr.stop.wait(0.25)  # traffic before the trigger, inside the window
         t_rm = time.perf_counter()
-        index.remove(gone)  # 26% dead > rebuild_fraction 25%: the rebuild starts
+        index.remove(gone[under:])  # past 25% dead: the rebuild starts
         while not index.wait_rebuilt(60) and time.perf_counter() - t_rm < limit:
             print(f"#   {mode} rebuild at {n:,}: {time.perf_counter() - t_rm:.0f}s, "
                   f"{len(tr.reads):,} searches, worst {max(tr.reads, default=0) * 1e3:.1f} ms, "
