@@ -250,6 +250,10 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"\n# telemetry, batching on: {semantic_stats(functions['on'][0])}")
     print(f"# telemetry, batching off: {semantic_stats(functions['off'][0])}")
+    on_batcher = functions["on"][1].tier.batcher
+    print(f"# batching-on function (lookups and batcher.call together): {on_batcher.batches} "
+          f"batches of mean size {on_batcher.mean_batch:.1f}, {on_batcher.inline_batches} run "
+          f"inline by a caller that found the batcher idle")
     print(
         f"\n{args.callers} concurrent callers, novel texts, embedder {embedder.name} (encode "
         f"batch_size {args.embed_batch_size or 'default'}), max_batch {args.max_batch}, "
