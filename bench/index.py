@@ -25,7 +25,8 @@ size: the write that triggers it holds the lock for the whole build). The remova
 under the rebuild threshold are made before the window, in batches of 1000; one more batch of
 1000 inside the window triggers the rebuild. Printed per case: the
 worst, p99 and p50 search latency and the worst write latency over the window, the rebuild's
-duration, and how many searches and writes were served meanwhile.
+duration, and how many searches and writes were served meanwhile (for a rebuild, searches from
+the triggering removal on; the worst one before it is printed on a comment line).
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ class Traffic:
         self.index, self.queries, self.fresh = index, queries, fresh
         self.first_id, self.every_s, self.limit_s = first_id, every_s, limit_s
         self.reads: list[float] = []
+        self.read_at: list[float] = []  # perf_counter at each search's start
         self.writes: list[float] = []
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._read), threading.Thread(target=self._write)]
@@ -206,6 +208,7 @@ class Traffic:
             t0 = time.perf_counter()
             self.index.search(q, 10)
             self.reads.append(time.perf_counter() - t0)
+            self.read_at.append(t0)
 
     def _write(self) -> None:
         deadline = time.perf_counter() + self.limit_s
@@ -222,8 +225,11 @@ def background_min(mode: str) -> int:
     return 10**9 if mode == "sync" else DEFAULT_BACKGROUND_MIN
 
 
-def stall_row(case: str, mode: str, n: int, tr: Traffic, took: float) -> str:
-    r = [x * 1e3 for x in tr.reads] or [float("nan")]
+def stall_row(case: str, mode: str, n: int, tr: Traffic, took: float,
+              since: float | None = None) -> str:
+    """Search figures over the searches that began at ``since`` or later (all by default)."""
+    r = [x * 1e3 for x, at in zip(tr.reads, tr.read_at, strict=True)
+         if since is None or at >= since] or [float("nan")]
     w = [x * 1e3 for x in tr.writes] or [float("nan")]
     return (f"| {case} | {n:,} | {mode} | {max(r):.1f} ms | {pct(r, 99):.2f} ms | "
             f"{statistics.median(r):.3f} ms | {max(w):.1f} ms | {took:.2f} s | {len(tr.reads):,} "
@@ -272,6 +278,8 @@ def hnsw_of(n: int, stored: np.ndarray, args: argparse.Namespace, mode: str) -> 
 def stall_rebuild(n: int, args: argparse.Namespace, mode: str) -> str:
     stored, queries = make_data(n, args.queries, args.data, seed=2)
     index = hnsw_of(n, stored, args, mode)
+    built_at: list[float] = []
+    index.rebuild_hook = lambda phase: built_at.append(time.perf_counter())
     fresh = perturb(stored[: 20_000], STORE_NOISE, np.random.default_rng(3))
     del stored
     # Tombstones up to just under rebuild_fraction (25%) before the window, in batches of 1000
@@ -294,11 +302,19 @@ def stall_rebuild(n: int, args: argparse.Namespace, mode: str) -> str:
                   flush=True)
         done = time.perf_counter()
         tr.stop.wait(0.25)
+    if tr.reads:
+        worst = int(np.argmax(tr.reads))
+        before = [x for x, at in zip(tr.reads, tr.read_at, strict=True) if at < t_rm]
+        built = f", build done at {built_at[0] - t_rm:.1f}s" if built_at else ""
+        print(f"#   worst search began {tr.read_at[worst] - t_rm:.2f}s after the trigger"
+              f"{built}, swap done at {done - t_rm:.1f}s; worst search in the "
+              f"{len(before)} before the trigger {max(before, default=0) * 1e3:.1f} ms "
+              f"(not in the row, which counts searches from the trigger on)", flush=True)
     if index.rebuilding:
         return stall_row(f"tombstone rebuild, unfinished after {limit:.0f}s", mode, n, tr,
-                         done - t_rm)
+                         done - t_rm, since=t_rm)
     assert index.tombstones < len(gone) and len(index) == n - len(gone) + len(tr.writes)
-    return stall_row("tombstone rebuild", mode, n, tr, done - t_rm)
+    return stall_row("tombstone rebuild", mode, n, tr, done - t_rm, since=t_rm)
 
 
 def stall(args: argparse.Namespace) -> None:

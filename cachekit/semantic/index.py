@@ -302,7 +302,7 @@ class FaissIndex:
         self._journal: list[_Op] | None = None
         self._rebuilt = threading.Event()
         self._rebuilt.set()
-        self._rebuild_hook = rebuild_hook
+        self.rebuild_hook = rebuild_hook
         #: Background rebuilds finished (swapped in) and failed (old structure kept).
         self.rebuilds = 0
         self.rebuild_errors = 0
@@ -499,8 +499,8 @@ class FaissIndex:
             with _omp_threads(max(1, (os.cpu_count() or 2) - 1)):
                 graph = _Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
             del ids, vecs
-            if self._rebuild_hook is not None:
-                self._rebuild_hook("built")
+            if self.rebuild_hook is not None:
+                self.rebuild_hook("built")
             self._catch_up_and_swap(graph)
         except Exception:
             self.rebuild_errors += 1
