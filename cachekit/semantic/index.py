@@ -166,9 +166,12 @@ class _Graph:
         self.hnsw = hnsw
         self.label_ids = np.asarray(label_ids, dtype=np.int64)
         alive = np.flatnonzero(self.label_ids != _PAD_ID)
-        self.id_label: dict[int, int] = dict(
-            zip(self.label_ids[alive].tolist(), alive.tolist(), strict=True)
-        )
+        self.id_label: dict[int, int] = {}
+        # In slices: one dict() over a million pairs is a single C call that holds the GIL for
+        # a noticeable time, stalling searches when a background rebuild builds this.
+        for lo in range(0, len(alive), _SNAPSHOT_CHUNK):
+            part = alive[lo : lo + _SNAPSHOT_CHUNK]
+            self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
         self.dead = len(self.label_ids) - len(alive)
         # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
         self.selector: tuple[np.ndarray, Any] | None = None
@@ -515,6 +518,9 @@ class FaissIndex:
             with self._lock.write():
                 pending = self._journal or []
                 if len(pending) <= _SWAP_OPS or round_ == _CATCH_UP_ROUNDS:
+                    # Freed on return, once the lock is released: dropping a big graph and its
+                    # id map takes a while.
+                    retired = self._graph  # noqa: F841
                     _replay(graph, pending)
                     self._journal = None
                     self._install(graph)
