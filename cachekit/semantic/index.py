@@ -188,6 +188,24 @@ class _Graph:
     def __len__(self) -> int:
         return len(self.id_label)
 
+    def make_room(self) -> None:
+        """Double the capacity of the graph's big arrays (vectors, links) now.
+
+        A freshly built graph's arrays are exactly full, so the first add after the build
+        reallocates and copies them (1.5 GB of vectors at 1M entries: seconds), and does so
+        under the index's write lock. Growing them here, on the rebuild thread, moves that copy
+        out of the lock: resizing up and back down keeps the capacity. Best effort: skipped
+        where this faiss does not expose the arrays."""
+        try:
+            storage: Any = faiss.downcast_index(self.hnsw.storage)
+            arrays = [storage.codes, self.hnsw.hnsw.neighbors]
+            for arr in arrays:
+                size = arr.size()
+                arr.resize(2 * size)
+                arr.resize(size)
+        except (AttributeError, RuntimeError):
+            log.debug("cachekit: could not pre-grow the HNSW arrays", exc_info=True)
+
     @property
     def ntotal(self) -> int:
         return int(self.hnsw.ntotal)
@@ -502,6 +520,7 @@ class FaissIndex:
             with _omp_threads(max(1, (os.cpu_count() or 2) - 1)):
                 graph = _Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
             del ids, vecs
+            graph.make_room()
             if self.rebuild_hook is not None:
                 self.rebuild_hook("built")
             self._catch_up_and_swap(graph)
