@@ -76,8 +76,11 @@ _LABELS_FILE = "label_ids.npy"
 _PAD_ID = -1
 # Below this many vectors a rebuild takes well under 100 ms: not worth a thread.
 DEFAULT_BACKGROUND_MIN = 2_000
-# Vectors copied per read-lock hold when a rebuild snapshots a graph (~100 MB of float32).
-_SNAPSHOT_CHUNK = 65_536
+# Vectors copied per read-lock hold when a rebuild snapshots a graph (~12 MB of 384-d float32):
+# a writer waits for that copy and searches queue behind the waiting writer, so it stays short.
+_SNAPSHOT_CHUNK = 8_192
+# Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
+_ID_MAP_SLICE = 65_536
 # A rebuild replays the writes journaled during its build outside the lock while many arrived,
 # then the last few under the write lock as it swaps; these bound that loop.
 _SWAP_OPS = 64
@@ -169,8 +172,8 @@ class _Graph:
         self.id_label: dict[int, int] = {}
         # In slices: one dict() over a million pairs is a single C call that holds the GIL for
         # a noticeable time, stalling searches when a background rebuild builds this.
-        for lo in range(0, len(alive), _SNAPSHOT_CHUNK):
-            part = alive[lo : lo + _SNAPSHOT_CHUNK]
+        for lo in range(0, len(alive), _ID_MAP_SLICE):
+            part = alive[lo : lo + _ID_MAP_SLICE]
             self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
         self.dead = len(self.label_ids) - len(alive)
         # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
