@@ -6,10 +6,16 @@ renormalised: cosine ~0.85 to its source, like a paraphrase), inserted with ``ti
 Then, per query, in the same loop and alternating which goes first:
 
 * ``answer.lookup(query)``: the cache's whole path: exact tier miss, embed, index search, policy;
-* ``SentenceTransformer.encode([query])`` with the torch backend: the baseline.
+* ``tier.batcher.call((scope, query))``: the semantic tier's part of a lookup (embed, search,
+  policy) through the micro-batcher's lone-caller path, which runs an idle batcher's batch in
+  the calling thread (``lookup`` above goes through whatever the tier uses: ``submit().result()``
+  hands the batch to the worker thread);
+* ``SentenceTransformer.encode([query])`` with the torch backend: the baseline;
+* the cache's embedder alone on the query.
 
 Every query is a ``query`` text of the pair file that is not itself cached and that no earlier
-lookup used, so its embedding is really computed. p50/p99 of each and their ratio are printed.
+lookup used (``lookup`` and ``call`` each get their own), so its embedding is really computed.
+p50/p99 of each and their ratio to the baseline are printed.
 
 At every size the search alone is also timed on the tier's index with the query embeddings, and
 the approximate index's top-1 is compared with an exact (flat) search over the same vectors
@@ -114,6 +120,14 @@ def main() -> None:
         "--real", type=int, default=None, help="use only this many real cached texts (default: all)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch's thread count for the process (default: torch's own). On a loaded 2-core "
+        "machine torch's default 2 threads collapse (encode p50 of hundreds of ms); 1 keeps the "
+        "baseline at its uncontended speed, the harder baseline",
+    )
     args = p.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     args.ef = [int(x) for x in args.ef.split(",") if x.strip()]
@@ -121,6 +135,8 @@ def main() -> None:
     import faiss
     import torch
 
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads), faiss {faiss.__version__}"
@@ -130,7 +146,7 @@ def main() -> None:
     cached, novel = load_texts(args.pairs)
     cached = cached[: args.real]
     rng.shuffle(novel)
-    need = len(sizes) * (args.queries + args.warmup)
+    need = 2 * len(sizes) * (args.queries + args.warmup)
     if need > len(novel):
         raise SystemExit(f"{need} novel queries needed, the pair file has {len(novel)}")
 
@@ -179,24 +195,36 @@ def main() -> None:
             ids.extend(entry_id(scope, t) for t in texts)
             stored.append(vecs)
             total += k
+        wait_rebuilt = getattr(tier_index(answer, scope), "wait_rebuilt", None)
+        if wait_rebuilt is not None:
+            wait_rebuilt(600)  # a background HNSW migration still building: not what is timed
         build_s = time.perf_counter() - t0
         print(f"\n# N={len(answer.tier):,}: filled in {build_s:.1f}s")
 
-        texts = novel[cursor : cursor + args.warmup + args.queries]
-        cursor += len(texts)
+        count = args.warmup + args.queries
+        texts = novel[cursor : cursor + count]
+        other = novel[cursor + count : cursor + 2 * count]
+        cursor += 2 * count
         lookup_ms: list[float] = []
+        call_ms: list[float] = []
         torch_ms: list[float] = []
         statuses: dict[str, int] = {}
         embed_ms: list[float] = []
-        timings = {"lookup": lookup_ms, "torch": torch_ms, "embed": embed_ms}
+        timings = {"lookup": lookup_ms, "call": call_ms, "torch": torch_ms, "embed": embed_ms}
         order = list(timings)
+        batcher = answer.tier.batcher
         for i, text in enumerate(texts):
-            # Rotate which goes first so drift in the machine's load hits all three alike. The
-            # bare embed uses the undecorated embedder, whose result the tier never sees.
-            for which in order[i % 3 :] + order[: i % 3]:
+            # Rotate which goes first so drift in the machine's load hits all alike. The bare
+            # embed uses the undecorated embedder, whose result the tier never sees.
+            for which in order[i % 4 :] + order[: i % 4]:
                 t = time.perf_counter()
                 if which == "lookup":
                     res = answer.lookup(text, model=SCOPE_MODEL)
+                elif which == "call":
+                    if batcher is not None:
+                        batcher.call((scope, other[i]))
+                    else:
+                        answer.tier.search(scope, other[i])
                 elif which == "torch":
                     baseline.encode([text], show_progress_bar=False)
                 else:
@@ -246,6 +274,8 @@ def main() -> None:
             "n": len(answer.tier),
             "lookup_p50": lp50,
             "lookup_p99": lp99,
+            "call_p50": statistics.median(call_ms),
+            "call_p99": pct(call_ms, 99),
             "torch_p50": tp50,
             "torch_p99": tp99,
             "embed_p50": statistics.median(embed_ms),
@@ -267,6 +297,11 @@ def main() -> None:
             f"{embedder.name} embed p50 {row['embed_p50']:.2f} ms | {statuses}"
         )
         print(
+            f"  tier via batcher.call p50 {row['call_p50']:.2f} ms p99 {row['call_p99']:.2f} | "
+            f"ratio p50 {row['call_p50'] / tp50:.2f}x p99 {row['call_p99'] / tp99:.2f}x | bare "
+            f"embed ratio p50 {row['embed_p50'] / tp50:.2f}x"
+        )
+        print(
             f"  search-only ({row['mode']}) p50 {row['search_p50']:.3f} ms p99 "
             f"{row['search_p99']:.3f} | exact flat p50 {row['exact_p50']:.3f} ms | "
             f"recall@1 vs exact {recall:.4f} | same hit/miss decision and entry at "
@@ -281,16 +316,18 @@ def main() -> None:
     )
     print(
         "| entries | index | lookup p50 | lookup p99 | torch encode p50 | torch encode p99 | "
-        "p50 ratio | p99 ratio | bare embed p50 | search-only p50 | exact p50 | recall@1 | "
-        "same decision |"
+        "p50 ratio | p99 ratio | call p50 ratio | call p99 ratio | bare embed p50 ratio | "
+        "bare embed p50 | search-only p50 | exact p50 | recall@1 | same decision |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['n']:,} | {r['mode']} | {r['lookup_p50']:.2f} ms | {r['lookup_p99']:.2f} ms "
             f"| {r['torch_p50']:.2f} ms | {r['torch_p99']:.2f} ms | "
             f"{r['lookup_p50'] / r['torch_p50']:.2f}x | {r['lookup_p99'] / r['torch_p99']:.2f}x "
-            f"| {r['embed_p50']:.2f} ms | {r['search_p50']:.3f} ms | {r['exact_p50']:.3f} ms "
+            f"| {r['call_p50'] / r['torch_p50']:.2f}x | {r['call_p99'] / r['torch_p99']:.2f}x "
+            f"| {r['embed_p50'] / r['torch_p50']:.2f}x | {r['embed_p50']:.2f} ms "
+            f"| {r['search_p50']:.3f} ms | {r['exact_p50']:.3f} ms "
             f"| {r['recall']:.4f} | {r['agree']:.4f} |"
         )
     if ef_rows:

@@ -5,6 +5,9 @@ Measured side by side, in rounds whose order rotates (medians over rounds are pr
 * ``batching on`` / ``batching off``: ``--callers`` threads each look up their own novel texts
   through ``answer.lookup`` (exact tier miss, embed, search, policy) on a cache holding
   ``--entries`` real embeddings;
+* ``batcher.call``: the same callers on the batching-on function, each calling the tier's
+  micro-batcher with ``call((scope, text))``: the lone-caller path (an idle batcher runs the
+  batch in the caller's thread) under load, where callers mostly find it busy and queue;
 * ``ceiling``: the cache's embedder called directly on batches of 64 texts: the compute bound;
 * ``embedder alone, one at a time``: the cache's embedder called directly on single texts;
 * ``torch loop``: one thread doing one-at-a-time torch ``SentenceTransformer.encode([text])`` plus
@@ -56,6 +59,17 @@ def torch_model() -> Any:
 
 def concurrent_lookups(answer: Any, texts: list[str], callers: int) -> float:
     """``callers`` threads split ``texts`` and look each up once. Returns texts/s."""
+    return concurrent(partial(answer.lookup, model=SCOPE_MODEL), texts, callers)
+
+
+def concurrent_calls(answer: Any, texts: list[str], callers: int) -> float:
+    """Like :func:`concurrent_lookups`, through the tier's ``batcher.call``."""
+    scope = answer.scope_key("", model=SCOPE_MODEL)
+    batcher = answer.tier.batcher
+    return concurrent(lambda text: batcher.call((scope, text)), texts, callers)
+
+
+def concurrent(one: Callable[[str], Any], texts: list[str], callers: int) -> float:
     shares = [texts[i::callers] for i in range(callers)]
     start = threading.Barrier(callers + 1)
     errors: list[BaseException] = []
@@ -64,7 +78,7 @@ def concurrent_lookups(answer: Any, texts: list[str], callers: int) -> float:
         start.wait()
         try:
             for text in share:
-                answer.lookup(text, model=SCOPE_MODEL)
+                one(text)
         except BaseException as exc:
             errors.append(exc)
 
@@ -162,8 +176,8 @@ def main() -> None:
     cached, novel = load_texts(args.pairs)
     cached = cached[: args.entries]
     per_round = args.callers * args.per_caller
-    if 2 * per_round * args.rounds > len(novel):
-        raise SystemExit(f"needs {2 * per_round * args.rounds} novel texts, have {len(novel)}")
+    if 3 * per_round * args.rounds + 3 * args.callers > len(novel):
+        raise SystemExit(f"needs {3 * per_round * args.rounds} novel texts, have {len(novel)}")
 
     embedder = SentenceTransformerEmbedder(
         backend=args.backend, batch_size=args.embed_batch_size
@@ -205,22 +219,25 @@ def main() -> None:
     # Warm-up: thread pools, first-call allocations, the batcher's worker thread.
     batched_ceiling(embedder, novel[:128], 64)
     torch_loop(model, index, novel[:8])
-    warm = novel[-2 * args.callers :]
+    warm = novel[-3 * args.callers :]
     concurrent_lookups(functions["on"][1], warm[: args.callers], args.callers)
-    concurrent_lookups(functions["off"][1], warm[args.callers :], args.callers)
+    concurrent_lookups(functions["off"][1], warm[args.callers : 2 * args.callers], args.callers)
+    concurrent_calls(functions["on"][1], warm[2 * args.callers :], args.callers)
 
-    keys = ("ceiling", "on", "off", "torch", "single")
+    keys = ("ceiling", "on", "call", "off", "torch", "single")
     results: dict[str, list[float]] = {k: [] for k in keys}
     cursor = 0
     phases: list[tuple[str, Callable[[], float]]] = []
     for r in range(args.rounds):
         on_texts = novel[cursor : cursor + per_round]
         off_texts = novel[cursor + per_round : cursor + 2 * per_round]
-        cursor += 2 * per_round
+        call_texts = novel[cursor + 2 * per_round : cursor + 3 * per_round]
+        cursor += 3 * per_round
         ceiling_texts = on_texts  # the raw embedder has no cache, so reuse is harmless
         phases = [
             ("ceiling", partial(batched_ceiling, embedder, ceiling_texts, 64)),
             ("on", partial(concurrent_lookups, functions["on"][1], on_texts, args.callers)),
+            ("call", partial(concurrent_calls, functions["on"][1], call_texts, args.callers)),
             ("off", partial(concurrent_lookups, functions["off"][1], off_texts, args.callers)),
             ("torch", partial(torch_loop, model, index, on_texts[: args.torch_texts])),
             ("single", partial(embedder_loop, embedder, off_texts[: args.torch_texts])),
@@ -233,6 +250,10 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"\n# telemetry, batching on: {semantic_stats(functions['on'][0])}")
     print(f"# telemetry, batching off: {semantic_stats(functions['off'][0])}")
+    on_batcher = functions["on"][1].tier.batcher
+    print(f"# batching-on function (lookups and batcher.call together): {on_batcher.batches} "
+          f"batches of mean size {on_batcher.mean_batch:.1f}, {on_batcher.inline_batches} run "
+          f"inline by a caller that found the batcher idle")
     print(
         f"\n{args.callers} concurrent callers, novel texts, embedder {embedder.name} (encode "
         f"batch_size {args.embed_batch_size or 'default'}), max_batch {args.max_batch}, "
@@ -243,12 +264,13 @@ def main() -> None:
     print("|---|---|---|---|")
     labels = {
         "on": "cache lookups, micro-batching on",
+        "call": "tier via batcher.call (lone-caller path), micro-batching on",
         "off": "cache lookups, micro-batching off",
         "ceiling": f"embedder ceiling ({embedder.name}, batches of 64, direct)",
         "torch": "torch loop (encode([text]) + search, one at a time)",
         "single": f"embedder alone, one text at a time ({embedder.name}, direct)",
     }
-    for key in ("on", "off", "ceiling", "single", "torch"):
+    for key in ("on", "call", "off", "ceiling", "single", "torch"):
         print(
             f"| {labels[key]} | {med[key]:.1f} | {med[key] / med['ceiling']:.2f} | "
             f"{med[key] / med['torch']:.2f}x |"

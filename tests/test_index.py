@@ -333,3 +333,122 @@ def test_ef_search_grows_with_the_index_unless_pinned(monkeypatch: pytest.Monkey
     assert pinned.effective_ef_search() == 32
     with pytest.raises(ValueError):
         FaissIndex(8, ef_search=0)
+
+
+# -- background rebuilds -------------------------------------------------------------------------
+
+
+class HeldRebuild:
+    """A rebuild hook that holds the rebuild thread once the new graph is built, until released:
+    what the test does meanwhile happens during the rebuild, for certain."""
+
+    def __init__(self) -> None:
+        self.built = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, phase: str) -> None:
+        assert phase == "built"
+        self.built.set()
+        assert self.release.wait(10), "the test never released the rebuild"
+
+
+def check_contents(index: FaissIndex, expected: dict[int, np.ndarray]) -> None:
+    ids = np.array(sorted(expected), dtype=np.int64)
+    np.testing.assert_array_equal(index.ids(), ids)
+    assert len(index) == len(expected)
+    _, found = index.search(np.stack([expected[i] for i in ids.tolist()]), 1)
+    np.testing.assert_array_equal(found[:, 0], ids)
+
+
+@pytest.mark.parametrize("kind", ["migration", "tombstone-rebuild"])
+def test_writes_during_a_background_rebuild_reach_the_new_index(kind: str) -> None:
+    hold = HeldRebuild()
+    index = FaissIndex(DIM, exact_max=50, hnsw_m=16, ef_search=64, background_min=0,
+                       rebuild_hook=hold)
+    vecs = unit_vectors(400, seed=11)
+    expected = {i: vecs[i] for i in range(120)}
+    if kind == "migration":
+        index.add(np.arange(40, dtype=np.int64), vecs[:40])
+        assert index.mode == "exact" and not index.rebuilding
+        index.add(np.arange(40, 120, dtype=np.int64), vecs[40:120])  # past exact_max
+        old_mode = "exact"
+    else:
+        index.add(np.arange(120, dtype=np.int64), vecs[:120])
+        hold.release.set()
+        assert index.wait_rebuilt(10) and index.mode == "hnsw"
+        hold.built.clear()
+        hold.release.clear()
+        index.remove(np.arange(120, 160, dtype=np.int64))  # absent: no tombstones
+        index.remove(np.arange(0, 40, dtype=np.int64))  # 40/120 dead > 25%: rebuild
+        for i in range(40):
+            del expected[i]
+        old_mode = "hnsw"
+    assert hold.built.wait(10) and index.rebuilding and index.mode == old_mode
+
+    # During the rebuild: adds one at a time (more than are replayed under the lock), a
+    # replacement, removals of an old and of a new id; all visible at once, from the old index.
+    for i in range(120, 300):
+        index.add(ids_of(i), vecs[i : i + 1])
+        expected[i] = vecs[i]
+    index.add(ids_of(60), vecs[399:400])
+    expected[60] = vecs[399]
+    assert index.remove(ids_of(70, 250, 10_000)) == 2
+    del expected[70], expected[250]
+    check_contents(index, expected)
+    assert index.mode == old_mode
+
+    hold.release.set()
+    assert index.wait_rebuilt(10) and not index.rebuilding
+    assert index.mode == "hnsw" and index.rebuilds == (1 if kind == "migration" else 2)
+    check_contents(index, expected)
+    _, found = index.search(vecs[[70, 250, 60]], 5)
+    assert not np.isin(found, [70, 250]).any()
+
+
+def test_failed_background_rebuild_keeps_the_old_index_serving() -> None:
+    failures = [RuntimeError("out of memory, say")]
+
+    def hook(phase: str) -> None:
+        if failures:
+            raise failures.pop()
+
+    index = FaissIndex(DIM, exact_max=20, hnsw_m=16, background_min=0, rebuild_hook=hook)
+    vecs = unit_vectors(60, seed=12)
+    index.add(np.arange(30, dtype=np.int64), vecs[:30])
+    assert index.wait_rebuilt(10)
+    assert index.rebuild_errors == 1 and index.mode == "exact"
+    check_contents(index, {i: vecs[i] for i in range(30)})
+    index.add(np.arange(30, 60, dtype=np.int64), vecs[30:])  # the next write tries again
+    assert index.wait_rebuilt(10)
+    assert index.rebuilds == 1 and index.mode == "hnsw"
+    check_contents(index, {i: vecs[i] for i in range(60)})
+
+
+def test_searches_never_wait_for_a_background_build() -> None:
+    hold = HeldRebuild()
+    index = FaissIndex(DIM, exact_max=10, hnsw_m=16, background_min=0, rebuild_hook=hold)
+    vecs = unit_vectors(40, seed=13)
+    index.add(np.arange(40, dtype=np.int64), vecs)
+    assert hold.built.wait(10)
+    # The build is held inside the rebuild thread; a search (and a save) in this thread still
+    # completes, so neither waits for it.
+    _, found = index.search(vecs, 1)
+    np.testing.assert_array_equal(found[:, 0], np.arange(40))
+    hold.release.set()
+    assert index.wait_rebuilt(10) and index.mode == "hnsw"
+
+
+def test_removals_during_a_rebuild_can_chain_the_next_one() -> None:
+    hold = HeldRebuild()
+    index = FaissIndex(DIM, exact_max=20, hnsw_m=16, ef_search=64, background_min=0,
+                       rebuild_hook=hold)
+    vecs = unit_vectors(100, seed=14)
+    index.add(np.arange(100, dtype=np.int64), vecs)  # migration starts
+    assert hold.built.wait(10)
+    index.remove(np.arange(50, dtype=np.int64))  # journaled: half the new graph is dead
+    hold.release.set()
+    assert index.wait_rebuilt(10)
+    # The migration swapped in, then the tombstones it inherited triggered a rebuild, which
+    # wait_rebuilt waited for too.
+    assert index.rebuilds == 2 and index.tombstones == 0 and not index.rebuilding
+    check_contents(index, {i: vecs[i] for i in range(50, 100)})

@@ -8,10 +8,17 @@ is 0: a batch is whatever queued up while the previous one ran, so a lone caller
 and under load batches form by themselves (32 callers on 2 cores: the same throughput as a 2 ms
 wait, bench/throughput.py). Threads block on a :class:`concurrent.futures.Future`; asyncio
 callers await it with :func:`asyncio.wrap_future`, so the work never runs on an event loop.
+
+A synchronous caller (:meth:`MicroBatcher.call`) that finds the batcher idle (nothing queued,
+no batch running) runs its batch of one in its own thread: handing it to the worker and waking
+the caller again costs two thread switches, a share of a ~5 ms lookup on a small machine.
+Callers that arrive while it runs queue as usual and form the next batch, so batches never
+overlap. Asyncio callers use :meth:`MicroBatcher.submit`, which always goes to the worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -76,7 +83,11 @@ class MicroBatcher(Generic[Req, Res]):
         self._closed = False
         self._submitted = 0  # queued or running requests, for flush()
         self._idle = threading.Condition(self._lock)
-        # Telemetry: written by the worker thread only.
+        # Held while any batch runs, by the worker or by a caller running its own: batches
+        # never overlap, so what queues behind an inline batch becomes one batch, as before.
+        self._running = threading.Lock()
+        self.inline_batches = 0
+        # Telemetry: written by whichever thread runs a batch (batches never overlap).
         self.batches = 0
         self.requests = 0
         self.max_seen = 0
@@ -86,8 +97,44 @@ class MicroBatcher(Generic[Req, Res]):
     # ------------------------------------------------------------------ callers
 
     def submit(self, request: Req) -> Future[Res]:
-        """Queue ``request``; the future resolves to its result (or the batch's exception)."""
+        """Queue ``request`` for the worker; the future resolves to its result (or the batch's
+        exception). For asyncio callers and for callers that submit several before waiting."""
         item: _Item[Req, Res] = _Item(request)
+        self._enqueue(item)
+        return item.future
+
+    def call(self, request: Req) -> Res:
+        """Run ``request`` and return its result (raising the batch's exception): in this
+        thread when the batcher is idle, else as part of the worker's next batch.
+
+        For synchronous callers. On a running event loop it refuses to block the loop and
+        raises RuntimeError: await ``asyncio.wrap_future(submit(request))`` there instead.
+        """
+        if _on_event_loop():
+            raise RuntimeError("MicroBatcher.call() blocks; on an event loop use submit()")
+        item: _Item[Req, Res] = _Item(request)
+        if self._claim_idle():
+            self._run_inline(item)
+        else:
+            self._enqueue(item)
+        return item.future.result()
+
+    def _claim_idle(self) -> bool:
+        """Take the batch slot if nothing is queued or running (never waits)."""
+        with self._lock:
+            if self._closed or self._submitted or not self._running.acquire(blocking=False):
+                return False
+            self._submitted += 1
+            return True
+
+    def _run_inline(self, item: _Item[Req, Res]) -> None:
+        self.inline_batches += 1
+        try:
+            self._run_batch([item])
+        finally:
+            self._running.release()
+
+    def _enqueue(self, item: _Item[Req, Res]) -> None:
         with self._lock:
             closed = self._closed
             if not closed:
@@ -101,7 +148,6 @@ class MicroBatcher(Generic[Req, Res]):
                 self._queue.put(item)
         if closed:
             self._run_batch([item], counted=False)
-        return item.future
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every request submitted so far has its result. Returns False on timeout."""
@@ -130,6 +176,11 @@ class MicroBatcher(Generic[Req, Res]):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def pending(self) -> int:
+        """Requests queued or running now."""
+        return self._submitted
+
     # ------------------------------------------------------------------ worker
 
     def _run(self) -> None:
@@ -140,6 +191,8 @@ class MicroBatcher(Generic[Req, Res]):
                 return
             batch: list[_Item[Req, Res]] = [first]
             stop = False
+            # Waits out a batch a caller is running inline; what queued meanwhile joins this one.
+            self._running.acquire()
             deadline = first.enqueued + self.max_wait_s
             while len(batch) < self.max_batch:
                 try:
@@ -154,7 +207,10 @@ class MicroBatcher(Generic[Req, Res]):
                     stop = True
                     break
                 batch.append(nxt)
-            self._run_batch(batch)
+            try:
+                self._run_batch(batch)
+            finally:
+                self._running.release()
             if stop:
                 self._drain()
                 return
@@ -170,7 +226,8 @@ class MicroBatcher(Generic[Req, Res]):
             if item is not _STOP:
                 leftover.append(item)
         for start in range(0, len(leftover), self.max_batch):
-            self._run_batch(leftover[start : start + self.max_batch])
+            with self._running:
+                self._run_batch(leftover[start : start + self.max_batch])
 
     def _run_batch(self, batch: list[_Item[Req, Res]], counted: bool = True) -> None:
         started = time.perf_counter()
@@ -206,3 +263,11 @@ class MicroBatcher(Generic[Req, Res]):
     @property
     def mean_batch(self) -> float:
         return self.requests / self.batches if self.batches else 0.0
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -6,15 +6,22 @@ linearly. HNSW cannot delete, so removed and replaced entries become tombstones:
 graph (still useful for navigation) but an ``IDSelectorBitmap`` keeps them out of results, and the
 graph is rebuilt without them once they exceed ``rebuild_fraction`` of it.
 
+Building a graph takes seconds at the migration (8k vectors) and minutes at a million, so both
+the migration and the tombstone rebuild run on a background thread: searches and writes keep
+being served by the old structure meanwhile, every write made during the build is journaled and
+replayed onto the new graph, and the new graph replaces the old one under the write lock only
+once it has caught up. Rebuilds smaller than ``background_min`` vectors stay synchronous.
+
 Vectors are expected to be L2-normalised, so inner product equals cosine similarity.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +41,7 @@ if TYPE_CHECKING:
 check_faiss_distributions()
 
 __all__ = [
+    "DEFAULT_BACKGROUND_MIN",
     "DEFAULT_EF_CONSTRUCTION",
     "DEFAULT_EF_SEARCH",
     "DEFAULT_EXACT_MAX",
@@ -43,12 +51,14 @@ __all__ = [
 
 Device = Literal["auto", "cpu", "cuda"]
 
+log = logging.getLogger("cachekit.semantic")
+
 # Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/index.py --crossover;
 # figures in the project notes): batch-1 flat search is 0.1-0.3 ms up to 6k vectors, then falls
 # off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms at 10k, 2-3 ms at 20k) while
 # HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k exact search costs well under a
 # millisecond (noise next to a ~7 ms embedding), gives perfect recall and deletes for real, so the
-# index stays exact up to 8k; the one-off migration build then takes ~1.5 s (under the lock).
+# index stays exact up to 8k; the one-off migration build (~1.5 s) runs in the background.
 DEFAULT_EXACT_MAX = 8_000
 # efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms.
 # efConstruction=80 gave recall@1 0.999 at 100k (200 gave 1.000, 40 gave 0.995) and builds ~2x
@@ -69,6 +79,17 @@ _INDEX_FILE = "index.faiss"
 _LABELS_FILE = "label_ids.npy"
 # -1 is the padding id of every search result, so it cannot also name a stored vector.
 _PAD_ID = -1
+# Below this many vectors a rebuild takes well under 100 ms: not worth a thread.
+DEFAULT_BACKGROUND_MIN = 2_000
+# Vectors copied per read-lock hold when a rebuild snapshots a graph (~12 MB of 384-d float32):
+# a writer waits for that copy and searches queue behind the waiting writer, so it stays short.
+_SNAPSHOT_CHUNK = 8_192
+# Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
+_ID_MAP_SLICE = 65_536
+# A rebuild replays the writes journaled during its build outside the lock while many arrived,
+# then the last few under the write lock as it swaps; these bound that loop.
+_SWAP_OPS = 64
+_CATCH_UP_ROUNDS = 8
 
 
 def gpu_available() -> bool:
@@ -142,12 +163,127 @@ def _flat_vectors(index: Any, dim: int) -> np.ndarray:
     return index.reconstruct_n(0, n).reshape(n, dim).astype(np.float32, copy=False)
 
 
+class _Graph:
+    """An HNSW graph whose labels are insertion positions, mapped to caller ids.
+
+    HNSW cannot delete: a removed or replaced id's label maps to ``_PAD_ID`` (a tombstone) and an
+    ``IDSelectorBitmap`` of the live labels keeps it out of results. Not thread-safe on its own.
+    """
+
+    def __init__(self, hnsw: Any, label_ids: np.ndarray) -> None:
+        self.hnsw = hnsw
+        self.label_ids = np.asarray(label_ids, dtype=np.int64)
+        alive = np.flatnonzero(self.label_ids != _PAD_ID)
+        self.id_label: dict[int, int] = {}
+        # In slices: one dict() over a million pairs is a single C call that holds the GIL for
+        # a noticeable time, stalling searches when a background rebuild builds this.
+        for lo in range(0, len(alive), _ID_MAP_SLICE):
+            part = alive[lo : lo + _ID_MAP_SLICE]
+            self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
+        self.dead = len(self.label_ids) - len(alive)
+        # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
+        self.selector: tuple[np.ndarray, Any] | None = None
+
+    @classmethod
+    def build(cls, dim: int, m: int, ef_construction: int, ids: np.ndarray,
+              vecs: np.ndarray) -> _Graph:
+        hnsw = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = ef_construction
+        if len(ids):
+            hnsw.add(np.ascontiguousarray(vecs))
+        return cls(hnsw, np.array(ids, dtype=np.int64, copy=True))
+
+    def __len__(self) -> int:
+        return len(self.id_label)
+
+    def make_room(self) -> None:
+        """Double the capacity of the graph's big arrays (vectors, links) now.
+
+        A freshly built graph's arrays are exactly full, so the first add after the build
+        reallocates and copies them (1.5 GB of vectors at 1M entries: seconds), and does so
+        under the index's write lock. Growing them here, on the rebuild thread, moves that copy
+        out of the lock: resizing up and back down keeps the capacity. Best effort: skipped
+        where this faiss does not expose the arrays."""
+        try:
+            storage: Any = faiss.downcast_index(self.hnsw.storage)
+            arrays = [storage.codes, self.hnsw.hnsw.neighbors]
+            for arr in arrays:
+                size = arr.size()
+                arr.resize(2 * size)
+                arr.resize(size)
+        except (AttributeError, RuntimeError):
+            log.debug("cachekit: could not pre-grow the HNSW arrays", exc_info=True)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.hnsw.ntotal)
+
+    def alive_ids(self) -> np.ndarray:
+        return self.label_ids[self.label_ids != _PAD_ID]
+
+    def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        for i in ids.tolist():
+            self._tombstone(i)
+        start = len(self.label_ids)
+        self.hnsw.add(vecs)
+        self.label_ids = np.concatenate([self.label_ids, ids])
+        self.id_label.update(zip(ids.tolist(), range(start, start + len(ids)), strict=True))
+        self.selector = None
+
+    def remove(self, ids: np.ndarray) -> int:
+        removed = sum(self._tombstone(i) for i in ids.tolist())
+        if removed:
+            self.selector = None
+        return removed
+
+    def _tombstone(self, id_: int) -> bool:
+        label = self.id_label.pop(id_, None)
+        if label is None:
+            return False
+        self.label_ids[label] = _PAD_ID
+        self.dead += 1
+        return True
+
+    def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+        params.efSearch = max(ef, k)
+        if self.dead:
+            selector = self.selector
+            if selector is None:
+                alive = self.label_ids != _PAD_ID
+                bitmap = np.packbits(alive, bitorder="little")
+                selector = (bitmap, faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap)))
+                # Racing readers may each build one; both are correct and the last one is kept.
+                self.selector = selector
+            params.sel = selector[1]
+            dist, labels = self.hnsw.search(queries, k, params=params)
+            del selector  # keeps the bitmap alive until here
+        else:
+            dist, labels = self.hnsw.search(queries, k, params=params)
+        # Tombstoned labels map to _PAD_ID in label_ids, so even a graph hit the selector missed
+        # could only ever come back as padding, never as a removed id.
+        label_ids = self.label_ids
+        found = np.where(labels >= 0, label_ids[np.maximum(labels, 0)], _PAD_ID)
+        return dist, found
+
+
+# A journaled write: (ids, vectors) for an add, (ids, None) for a removal.
+_Op = tuple[np.ndarray, "np.ndarray | None"]
+# Called on the rebuild thread with "built" once the new graph is built and before it catches up
+# with the journal and replaces the old one; an observation point for tests and telemetry.
+RebuildHook = Callable[[str], None]
+
+
 class FaissIndex:
     """Inner-product nearest-neighbour search over caller-chosen int64 ids (thread-safe).
 
     ``add`` with an id already present replaces its vector; ``remove`` returns how many ids
     existed; ``search`` returns ``(scores, ids)`` of shape ``(m, k)`` padded with ``-inf``/``-1``.
     The id ``-1`` is reserved for padding and rejected by ``add``.
+
+    The exact-to-HNSW migration and the tombstone rebuild of at least ``background_min`` vectors
+    run on a background thread (:attr:`rebuilding`, :meth:`wait_rebuilt`); every call keeps
+    its meaning meanwhile, answered by the old structure until the new one has every write.
 
     ``device="cuda"`` keeps an exact GPU copy (``GpuIndexFlatIP``) of the vectors for search and
     never migrates to HNSW (which faiss only has on CPU); ``"auto"`` uses a GPU when faiss-gpu
@@ -164,6 +300,8 @@ class FaissIndex:
         ef_construction: int = DEFAULT_EF_CONSTRUCTION,
         device: Device = "cpu",
         rebuild_fraction: float = 0.25,
+        background_min: int = DEFAULT_BACKGROUND_MIN,
+        rebuild_hook: RebuildHook | None = None,
     ) -> None:
         if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
@@ -173,6 +311,8 @@ class FaissIndex:
             raise ValueError("hnsw_m must be >= 2 and ef_search, ef_construction >= 1")
         if not 0.0 < rebuild_fraction <= 1.0:
             raise ValueError(f"rebuild_fraction must be in (0, 1], got {rebuild_fraction}")
+        if background_min < 0:
+            raise ValueError(f"background_min must be >= 0, got {background_min}")
         self.dim = int(dim)
         self.exact_max = int(exact_max)
         self.hnsw_m = int(hnsw_m)
@@ -180,18 +320,21 @@ class FaissIndex:
         self.ef_search = None if ef_search is None else int(ef_search)
         self.ef_construction = int(ef_construction)
         self.rebuild_fraction = float(rebuild_fraction)
+        self.background_min = int(background_min)
         self.device: Literal["cpu", "cuda"] = _resolve_device(device)
         self._lock = _RWLock()
 
         self._flat: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
-        # HNSW state: graph labels are insertion positions; _label_ids maps them to caller ids
-        # and holds _PAD_ID for tombstones. None while exact.
-        self._hnsw: Any = None
-        self._label_ids = np.empty(0, dtype=np.int64)
-        self._id_label: dict[int, int] = {}
-        self._dead = 0
-        # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
-        self._alive_selector: tuple[np.ndarray, Any] | None = None
+        self._graph: _Graph | None = None  # None while exact
+
+        # Background rebuild: writes made while one runs are journaled here (None: none runs).
+        self._journal: list[_Op] | None = None
+        self._rebuilt = threading.Event()
+        self._rebuilt.set()
+        self.rebuild_hook = rebuild_hook
+        #: Background rebuilds finished (swapped in) and failed (old structure kept).
+        self.rebuilds = 0
+        self.rebuild_errors = 0
 
         self._gpu_res: Any = faiss.StandardGpuResources() if self.device == "cuda" else None
         self._gpu_index: Any = None
@@ -201,32 +344,42 @@ class FaissIndex:
 
     @property
     def mode(self) -> Literal["exact", "hnsw"]:
-        return "exact" if self._hnsw is None else "hnsw"
+        return "exact" if self._graph is None else "hnsw"
 
     @property
     def tombstones(self) -> int:
-        return self._dead
+        graph = self._graph
+        return 0 if graph is None else graph.dead
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether a background migration or rebuild is under way."""
+        return not self._rebuilt.is_set()
+
+    def wait_rebuilt(self, timeout: float | None = None) -> bool:
+        """Wait until no background rebuild runs. Returns False on timeout."""
+        return self._rebuilt.wait(timeout)
 
     def __len__(self) -> int:
         with self._lock.read():
             return self._len()
 
     def _len(self) -> int:
-        return int(self._flat.ntotal) if self._hnsw is None else len(self._id_label)
+        return int(self._flat.ntotal) if self._graph is None else len(self._graph)
 
     def ids(self) -> IdArray:
         """Every stored id, sorted."""
         with self._lock.read():
-            if self._hnsw is None:
+            if self._graph is None:
                 stored = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
             else:
-                stored = self._label_ids[self._label_ids != _PAD_ID]
+                stored = self._graph.alive_ids()
             return np.sort(stored)
 
     def __repr__(self) -> str:
         return (
             f"FaissIndex(dim={self.dim}, len={len(self)}, mode={self.mode!r}, "
-            f"device={self.device!r}, tombstones={self._dead})"
+            f"device={self.device!r}, tombstones={self.tombstones})"
         )
 
     # -- validation ----------------------------------------------------------------------------
@@ -267,20 +420,17 @@ class FaissIndex:
             return
         id_arr, vecs = _last_wins(id_arr, vecs)
         with self._lock.write():
-            if self._hnsw is None:
+            if self._journal is not None:
+                # Copies: the caller may reuse its arrays before the rebuild replays them.
+                self._journal.append((id_arr.copy(), vecs.copy()))
+            if self._graph is None:
                 self._flat.remove_ids(id_arr)
                 self._flat.add_with_ids(vecs, id_arr)
-                if self.device == "cpu" and self._flat.ntotal > self.exact_max:
-                    ids_all = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
-                    self._rebuild(ids_all, _flat_vectors(self._flat.index, self.dim))
+                if (self.device == "cpu" and self._flat.ntotal > self.exact_max
+                        and self._journal is None):
+                    self._migrate()
             else:
-                for i in id_arr.tolist():
-                    self._tombstone(i)
-                start = len(self._label_ids)
-                self._hnsw.add(vecs)
-                self._label_ids = np.concatenate([self._label_ids, id_arr])
-                new_labels = range(start, start + len(id_arr))
-                self._id_label.update(zip(id_arr.tolist(), new_labels, strict=True))
+                self._graph.add(id_arr, vecs)
                 self._maybe_compact()
             self._invalidate()
 
@@ -289,54 +439,127 @@ class FaissIndex:
         if len(id_arr) == 0:
             return 0
         with self._lock.write():
-            if self._hnsw is None:
+            if self._journal is not None:
+                self._journal.append((id_arr, None))
+            if self._graph is None:
                 removed = int(self._flat.remove_ids(id_arr))
             else:
-                removed = sum(self._tombstone(i) for i in id_arr.tolist())
+                removed = self._graph.remove(id_arr)
                 self._maybe_compact()
             if removed:
                 self._invalidate()
             return removed
 
-    def _tombstone(self, id_: int) -> bool:
-        label = self._id_label.pop(id_, None)
-        if label is None:
-            return False
-        self._label_ids[label] = _PAD_ID
-        self._dead += 1
-        return True
+    def _migrate(self) -> None:
+        """Exact -> HNSW, holding the write lock. The flat copy is small (a few MB)."""
+        ids_all = faiss.vector_to_array(self._flat.id_map).astype(np.int64)
+        vecs = _flat_vectors(self._flat.index, self.dim)
+        if len(ids_all) < self.background_min:
+            self._rebuild(ids_all, vecs)
+        else:
+            self._start_background(lambda: (ids_all, vecs))
 
     def _maybe_compact(self) -> None:
-        if self._hnsw is not None and self._dead > self.rebuild_fraction * self._hnsw.ntotal:
-            alive = self._label_ids != _PAD_ID
-            vecs = _flat_vectors(self._hnsw, self.dim)[alive]
-            self._rebuild(self._label_ids[alive], vecs)
+        graph = self._graph
+        if graph is None or self._journal is not None:
+            return
+        if graph.dead <= self.rebuild_fraction * graph.ntotal:
+            return
+        alive = graph.label_ids != _PAD_ID
+        n_alive = int(alive.sum())
+        if n_alive <= self.exact_max or n_alive < self.background_min:
+            self._rebuild(graph.label_ids[alive], _flat_vectors(graph.hnsw, self.dim)[alive])
+            return
+        # Labels below `upto` never change vector (the graph only appends), so the snapshot
+        # can be copied in chunks later, each under the read lock, while writes go on.
+        upto, labels = graph.ntotal, graph.label_ids.copy()
+        self._start_background(lambda: self._snapshot(graph, upto, labels))
 
     def _rebuild(self, ids: np.ndarray, vecs: np.ndarray) -> None:
-        """Replace all state with exactly these (unique) ids and vectors."""
-        self._alive_selector = None
-        self._dead = 0
+        """Replace all state with exactly these (unique) ids and vectors, in this thread."""
         if self.device == "cuda" or len(ids) <= self.exact_max:
             flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
             if len(ids):
                 flat.add_with_ids(np.ascontiguousarray(vecs), np.ascontiguousarray(ids))
-            self._flat, self._hnsw = flat, None
-            self._label_ids = np.empty(0, dtype=np.int64)
-            self._id_label = {}
+            self._flat, self._graph = flat, None
             return
-        hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        hnsw.hnsw.efConstruction = self.ef_construction
-        hnsw.add(np.ascontiguousarray(vecs))
-        self._hnsw = hnsw
-        self._label_ids = np.array(ids, dtype=np.int64, copy=True)
-        self._id_label = dict(zip(self._label_ids.tolist(), range(len(ids)), strict=True))
+        self._install(_Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs))
+
+    def _install(self, graph: _Graph) -> None:
+        self._graph = graph
         # The exact copy is dropped: HNSW-flat keeps its own vectors for reconstruct/rebuild.
         self._flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        self._invalidate()
 
     def _invalidate(self) -> None:
-        self._alive_selector = None
         self._gpu_index = None
         self._gpu_ids = None
+
+    # -- background rebuild --------------------------------------------------------------------
+
+    def _start_background(self, source: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
+        """Start building a graph from ``source()``'s (ids, vectors); writes from now on are
+        journaled for it. Called holding the write lock."""
+        self._journal = []
+        self._rebuilt.clear()
+        threading.Thread(
+            target=self._background, args=(source,), name="cachekit-index-rebuild", daemon=True
+        ).start()
+
+    def _snapshot(
+        self, graph: _Graph, upto: int, labels: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        alive = np.flatnonzero(labels[:upto] != _PAD_ID)
+        vecs = np.empty((len(alive), self.dim), dtype=np.float32)
+        done = 0
+        for lo in range(0, upto, _SNAPSHOT_CHUNK):
+            hi = min(upto, lo + _SNAPSHOT_CHUNK)
+            rows = alive[(alive >= lo) & (alive < hi)]
+            with self._lock.read():
+                chunk = graph.hnsw.reconstruct_n(lo, hi - lo).reshape(hi - lo, self.dim)
+            vecs[done : done + len(rows)] = chunk[rows - lo]
+            done += len(rows)
+        return labels[alive], vecs
+
+    def _background(self, source: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
+        try:
+            ids, vecs = source()
+            # One OpenMP thread fewer than the machine has: lookups need a core meanwhile.
+            with _omp_threads(max(1, (os.cpu_count() or 2) - 1)):
+                graph = _Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
+            del ids, vecs
+            graph.make_room()
+            if self.rebuild_hook is not None:
+                self.rebuild_hook("built")
+            self._catch_up_and_swap(graph)
+        except Exception:
+            self.rebuild_errors += 1
+            log.warning("cachekit: index rebuild failed; the old index keeps serving",
+                        exc_info=True)
+            with self._lock.write():
+                self._journal = None
+                self._rebuilt.set()
+
+    def _catch_up_and_swap(self, graph: _Graph) -> None:
+        for round_ in range(_CATCH_UP_ROUNDS + 1):
+            with self._lock.write():
+                pending = self._journal or []
+                if len(pending) <= _SWAP_OPS or round_ == _CATCH_UP_ROUNDS:
+                    # Freed on return, once the lock is released: dropping a big graph and its
+                    # id map takes a while.
+                    retired = self._graph  # noqa: F841
+                    _replay(graph, pending)
+                    self._journal = None
+                    self._install(graph)
+                    self.rebuilds += 1
+                    # Removals journaled during the build may already call for the next one;
+                    # waiters wake only once no rebuild follows.
+                    self._maybe_compact()
+                    if self._journal is None:
+                        self._rebuilt.set()
+                    return
+                self._journal = []
+            _replay(graph, pending)  # the new graph is this thread's alone until installed
 
     # -- search --------------------------------------------------------------------------------
 
@@ -356,10 +579,10 @@ class FaissIndex:
                 return scores, out_ids
             # Asking faiss for more than is stored only costs allocation; pad afterwards instead.
             k_eff = min(k, n)
-            if self._hnsw is None:
+            if self._graph is None:
                 dist, found = self._search_exact(queries, k_eff)
             else:
-                dist, found = self._search_hnsw(queries, k_eff)
+                dist, found = self._graph.search(queries, k_eff, self.effective_ef_search())
         valid = found != _PAD_ID
         scores[:, :k_eff] = np.where(valid, dist, -np.inf)
         out_ids[:, :k_eff] = found
@@ -391,27 +614,6 @@ class FaissIndex:
         grown = int(self._len() * _EF_PER_ENTRY)
         return max(DEFAULT_EF_SEARCH, min(_MAX_AUTO_EF_SEARCH, grown))
 
-    def _search_hnsw(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(self.effective_ef_search(), k)
-        if self._dead:
-            selector = self._alive_selector
-            if selector is None:
-                alive = self._label_ids != _PAD_ID
-                bitmap = np.packbits(alive, bitorder="little")
-                selector = (bitmap, faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap)))
-                # Racing readers may each build one; both are correct and the last one is kept.
-                self._alive_selector = selector
-            params.sel = selector[1]
-            dist, labels = self._hnsw.search(queries, k, params=params)
-            del selector  # keeps the bitmap alive until here
-        else:
-            dist, labels = self._hnsw.search(queries, k, params=params)
-        # Tombstoned labels map to _PAD_ID in _label_ids, so even a graph hit the selector missed
-        # could only ever come back as padding, never as a removed id.
-        found = np.where(labels >= 0, self._label_ids[np.maximum(labels, 0)], _PAD_ID)
-        return dist, found
-
     # -- persistence ---------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
@@ -433,15 +635,16 @@ class FaissIndex:
                 "ef_search": self.ef_search,
                 "ef_construction": self.ef_construction,
                 "rebuild_fraction": self.rebuild_fraction,
-                "tombstones": self._dead,
+                "tombstones": self.tombstones,
                 "count": self._len(),
             }
-            index = self._flat if self._hnsw is None else self._hnsw
+            graph = self._graph
+            index = self._flat if graph is None else graph.hnsw
             _atomic_write(directory / _INDEX_FILE, faiss.serialize_index(index).tobytes())
-            if self._hnsw is not None:
+            if graph is not None:
                 tmp = directory / (_LABELS_FILE + ".tmp")
                 with open(tmp, "wb") as fh:
-                    np.save(fh, self._label_ids)
+                    np.save(fh, graph.label_ids)
                 os.replace(tmp, directory / _LABELS_FILE)
             else:
                 (directory / _LABELS_FILE).unlink(missing_ok=True)
@@ -471,17 +674,22 @@ class FaissIndex:
             label_ids = np.load(directory / _LABELS_FILE).astype(np.int64)
             if len(label_ids) != index.ntotal:
                 raise ValueError(f"{path}: {len(label_ids)} labels for {index.ntotal} vectors")
-            obj._hnsw = index
-            obj._label_ids = label_ids
+            obj._install(_Graph(index, label_ids))
             alive = np.flatnonzero(label_ids != _PAD_ID)
-            obj._id_label = dict(zip(label_ids[alive].tolist(), alive.tolist(), strict=True))
-            obj._dead = len(label_ids) - len(alive)
             if obj.device == "cuda":
                 # GPU search is exact only; fold the graph back into a flat index.
                 obj._rebuild(label_ids[alive], _flat_vectors(index, obj.dim)[alive])
         if obj._len() != int(meta["count"]):
             raise ValueError(f"{path}: holds {obj._len()} vectors, metadata says {meta['count']}")
         return obj
+
+
+def _replay(graph: _Graph, ops: list[_Op]) -> None:
+    for ids, vecs in ops:
+        if vecs is None:
+            graph.remove(ids)
+        else:
+            graph.add(ids, vecs)
 
 
 def _last_wins(ids: np.ndarray, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ moves records.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import heapq
 import itertools
@@ -281,7 +282,12 @@ class SemanticTier:
         self.start()
         if self.batcher is None:
             return self.search_batch([(scope, text)])[0]
-        return self.batcher.submit((scope, text)).result()
+        if _on_event_loop():
+            # A sync function called from async code blocks its loop anyway; the worker runs it.
+            return self.batcher.submit((scope, text)).result()
+        # A lone caller that finds the batcher idle runs its batch in its own thread (no hand-off
+        # to the worker); callers that arrive meanwhile still share the next batch.
+        return self.batcher.call((scope, text))
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
@@ -979,3 +985,11 @@ def _semantic_store(engine: Engine, base: str, log_maxlen: int) -> SemanticStore
     """The shared tier's semantic store, when it offers one."""
     make = getattr(engine.l2, "semantic_store", None)
     return make(base, log_maxlen) if callable(make) else None
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
