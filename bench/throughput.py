@@ -40,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-from _data import load_texts  # type: ignore[import-not-found]
+from _data import load_texts
 
 from cachekit import Cache
 from cachekit.semantic.embedder import SentenceTransformerEmbedder

@@ -588,7 +588,10 @@ def test_cache_close_stops_semantic_background_threads() -> None:
     def answer(prompt: str) -> str:
         return prompt.upper()
 
-    assert answer("hello there") == "HELLO THERE"
+    assert answer("hello there") == "HELLO THERE"  # a lone caller: its batch runs inline
+    batcher = answer.tier.batcher
+    assert batcher is not None
+    batcher.submit((answer.scope_key("hi"), "hi")).result()  # submitted work starts the worker
     started = [t for t in threading.enumerate() if t.ident not in before]
     assert started, "the batcher runs a worker thread"
     cache.close()
