@@ -46,9 +46,19 @@ def _encode(generations: Sequence[Any]) -> list[str]:
 
 # What a cached answer may revive into: generations and messages, never models or anything
 # with configuration (a shared Redis is not trusted to hold only what we wrote).
-_ALLOWED = (Generation, GenerationChunk, ChatGeneration, ChatGenerationChunk, AIMessage,
-            AIMessageChunk, HumanMessage, SystemMessage, ToolMessage, FunctionMessage,
-            ChatMessage)
+_ALLOWED = (
+    Generation,
+    GenerationChunk,
+    ChatGeneration,
+    ChatGenerationChunk,
+    AIMessage,
+    AIMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    FunctionMessage,
+    ChatMessage,
+)
 
 
 def _decode(value: Any) -> RETURN_VAL_TYPE | None:
@@ -125,12 +135,24 @@ class CachekitSemanticCache(BaseCache):
     messages). ``threshold``: the similarity bar (``None``: the library default);
     ``embedder``: any embedder ``@cache.semantic`` accepts (default: the bundled model)."""
 
-    def __init__(self, cache: Cache, threshold: float | None = None, *,
-                 embedder: Any = None, ttl: float | None = None,
-                 name: str = "cachekit.adapters.langchain") -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        threshold: float | None = None,
+        *,
+        embedder: Any = None,
+        ttl: float | None = None,
+        name: str = "cachekit.adapters.langchain",
+    ) -> None:
         self.cache = cache
-        self.fn = cache.semantic(_semantic_only, threshold=threshold, ttl=ttl, scope=_scope_of,
-                                 embedder=embedder, name=name)
+        self.fn = cache.semantic(
+            _semantic_only,
+            threshold=threshold,
+            ttl=ttl,
+            scope=_scope_of,
+            embedder=embedder,
+            name=name,
+        )
 
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
         text, scope = split_prompt(prompt, llm_string)

@@ -60,8 +60,11 @@ def _plain(value: Any) -> Any:
 
 
 def _body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    body = {k: _plain(v) for k, v in kwargs.items()
-            if k not in _TRANSPORT and not isinstance(v, (openai.NotGiven, openai.Omit))}
+    body = {
+        k: _plain(v)
+        for k, v in kwargs.items()
+        if k not in _TRANSPORT and not isinstance(v, (openai.NotGiven, openai.Omit))
+    }
     extra = kwargs.get("extra_body")
     if isinstance(extra, Mapping):
         body.update(_plain(extra))
@@ -71,14 +74,18 @@ def _body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 class _Context:
     """What every wrapped endpoint needs: the cache, the caller's tenant and namespace."""
 
-    def __init__(self, client: Any, llm: LLMCache, tenant: str | None, namespace: str,
-                 secret: str | None) -> None:
+    def __init__(
+        self, client: Any, llm: LLMCache, tenant: str | None, namespace: str, secret: str | None
+    ) -> None:
         self.client = client
         self.llm = llm
         self.namespace = namespace
         if tenant is None:
-            resolver = TenantResolver(secret or os.environ.get("CACHEKIT_TENANT_SECRET")
-                                      or f"cachekit-tenant:{llm.cache.namespace}")
+            resolver = TenantResolver(
+                secret
+                or os.environ.get("CACHEKIT_TENANT_SECRET")
+                or f"cachekit-tenant:{llm.cache.namespace}"
+            )
             tenant = resolver.for_key(getattr(client, "api_key", None))
         self.tenant = tenant
 
@@ -94,8 +101,12 @@ class _Context:
 
 def _sse_response(completion: dict[str, Any], include_usage: bool) -> _http.Response:
     data = b"".join(sse_stream(completion, include_usage=include_usage))
-    return _http.Response(200, content=data, headers={"content-type": "text/event-stream"},
-                           request=_http.Request("POST", "http://cachekit.invalid" + CHAT))
+    return _http.Response(
+        200,
+        content=data,
+        headers={"content-type": "text/event-stream"},
+        request=_http.Request("POST", "http://cachekit.invalid" + CHAT),
+    )
 
 
 # ---------------------------------------------------------------------- sync
@@ -154,8 +165,11 @@ class _ChatCompletions:
         found = ctx.llm.lookup(req)
         if found.hit and found.response is not None:
             if req.stream:
-                return openai.Stream(cast_to=ChatCompletionChunk, client=ctx.client,
-                                     response=_sse_response(found.response, req.include_usage))
+                return openai.Stream(
+                    cast_to=ChatCompletionChunk,
+                    client=ctx.client,
+                    response=_sse_response(found.response, req.include_usage),
+                )
             return ChatCompletion.model_validate(found.response)
         result = self._inner.create(**kwargs)
         if req.stream:
@@ -238,8 +252,10 @@ class _AsyncChatCompletions(_ChatCompletions):
         if found.hit and found.response is not None:
             if req.stream:
                 return openai.AsyncStream(
-                    cast_to=ChatCompletionChunk, client=ctx.client,
-                    response=_sse_response(found.response, req.include_usage))
+                    cast_to=ChatCompletionChunk,
+                    client=ctx.client,
+                    response=_sse_response(found.response, req.include_usage),
+                )
             return ChatCompletion.model_validate(found.response)
         result = await self._inner.create(**kwargs)
         if req.stream:
@@ -288,18 +304,25 @@ class CachedClient:
         self.llm = ctx.llm
         self.tenant = ctx.tenant
         completions = (_AsyncChatCompletions if asynchronous else _ChatCompletions)(
-            client.chat.completions, ctx)
+            client.chat.completions, ctx
+        )
         self.chat = _Chat(client.chat, completions)
         self.embeddings = (_AsyncEmbeddings if asynchronous else _Embeddings)(
-            client.embeddings, ctx)
+            client.embeddings, ctx
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
 
-def cached_client(client: openai.OpenAI | openai.AsyncOpenAI, cache: Cache | LLMCache, *,
-                  tenant: str | None = None, namespace: str = "",
-                  tenant_secret: str | None = None) -> Any:
+def cached_client(
+    client: openai.OpenAI | openai.AsyncOpenAI,
+    cache: Cache | LLMCache,
+    *,
+    tenant: str | None = None,
+    namespace: str = "",
+    tenant_secret: str | None = None,
+) -> Any:
     """Wrap ``client`` so chat completions and embeddings are cached in ``cache`` (a
     :class:`~cachekit.Cache`, used through an :class:`~cachekit.llm.LLMCache` with default
     settings, or an ``LLMCache`` such as :func:`cachekit.llm.build_cache` returns).
@@ -309,8 +332,9 @@ def cached_client(client: openai.OpenAI | openai.AsyncOpenAI, cache: Cache | LLM
     and a proxy on one cache share entries. ``namespace``: a partition, as the proxy's
     ``x-cachekit-namespace`` header."""
     if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
-        raise TypeError(f"cached_client wraps openai.OpenAI or openai.AsyncOpenAI, "
-                        f"got {type(client).__name__}")
+        raise TypeError(
+            f"cached_client wraps openai.OpenAI or openai.AsyncOpenAI, got {type(client).__name__}"
+        )
     llm = cache if isinstance(cache, LLMCache) else LLMCache(cache)
     ctx = _Context(client, llm, tenant, namespace, tenant_secret)
     return CachedClient(client, ctx, isinstance(client, openai.AsyncOpenAI))

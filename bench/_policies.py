@@ -37,8 +37,9 @@ class Row:
     duplicate: bool
 
 
-def nearest(queries: list[str], pool: list[str], vec: dict[str, np.ndarray],
-            k: int = K) -> list[list[tuple[float, str]]]:
+def nearest(
+    queries: list[str], pool: list[str], vec: dict[str, np.ndarray], k: int = K
+) -> list[list[tuple[float, str]]]:
     m = np.stack([vec[t] for t in pool])
     out = []
     for start in range(0, len(queries), 512):
@@ -64,8 +65,9 @@ def qqp_policies(rows: list[Row], vec: dict[str, np.ndarray], model: VerifierMod
         cos_best.append((cands[0][0], contents[cands[0][1]]))
         offered = [Candidate(i, t, s) for i, (s, t) in enumerate(cands)]
         probs = verified.scores(r.query, offered)
-        scored = [(p, contents[c.text]) for p, c in zip(probs, offered, strict=True)
-                  if p is not None]
+        scored = [
+            (p, contents[c.text]) for p, c in zip(probs, offered, strict=True) if p is not None
+        ]
         ver_best.append(max(scored) if scored else (-1.0, -1))
 
     def at(best: list[tuple[float, int]], t: float) -> tuple[float, float, float, int]:
@@ -76,36 +78,49 @@ def qqp_policies(rows: list[Row], vec: dict[str, np.ndarray], model: VerifierMod
 
     def judged(best: list[tuple[float, int]], t: float) -> float:
         """Precision over the hits the labels can judge (those on the query's own pair)."""
-        own = [r.duplicate for r, (s, v) in zip(test, best, strict=True)
-               if s >= t and v == r.line]
+        own = [r.duplicate for r, (s, v) in zip(test, best, strict=True) if s >= t and v == r.line]
         return sum(own) / len(own) if own else float("nan")
 
-    print(f"\n## QQP test part (hash split: {len(test)} queries, {dups} duplicates; the cache "
-          f"holds all {len(contents)} cached texts), full-cache protocol")
+    print(
+        f"\n## QQP test part (hash split: {len(test)} queries, {dups} duplicates; the cache "
+        f"holds all {len(contents)} cached texts), full-cache protocol"
+    )
     base = at(cos_best, DEFAULT_THRESHOLD)
     mine = at(ver_best, verified.min_probability)
     print("| policy | precision | recall | hit rate | hits |\n|---|---|---|---|---|")
-    print(f"| threshold {DEFAULT_THRESHOLD} (default) | {base[0]:.3f} | {base[1]:.3f} | "
-          f"{base[2]:.3f} | {base[3]} |")
-    print(f"| verified p >= {verified.min_probability:.2f} (operating point chosen on tune) | "
-          f"{mine[0]:.3f} | {mine[1]:.3f} | {mine[2]:.3f} | {mine[3]} |")
+    print(
+        f"| threshold {DEFAULT_THRESHOLD} (default) | {base[0]:.3f} | {base[1]:.3f} | "
+        f"{base[2]:.3f} | {base[3]} |"
+    )
+    print(
+        f"| verified p >= {verified.min_probability:.2f} (operating point chosen on tune) | "
+        f"{mine[0]:.3f} | {mine[1]:.3f} | {mine[2]:.3f} | {mine[3]} |"
+    )
     better = mine[0] > base[0] and mine[1] > base[1]
     print(f"verified beats the default threshold on both precision and recall: {better}")
     print("\nPrecision against hit rate (test part), each policy swept over its own knob:")
-    print("| hit rate | precision: cosine threshold | precision: verified | recall: cosine | "
-          "recall: verified | judged precision: cosine | judged precision: verified |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        "| hit rate | precision: cosine threshold | precision: verified | recall: cosine | "
+        "recall: verified | judged precision: cosine | judged precision: verified |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for target in (0.10, 0.15, 0.20, 0.25, 0.30, 0.35, 0.40, 0.50):
         c, tc = _at_hit_rate(cos_best, target, at)
         v, tv = _at_hit_rate(ver_best, target, at)
-        print(f"| {target:.2f} | {c[0]:.3f} | {v[0]:.3f} | {c[1]:.3f} | {v[1]:.3f} | "
-              f"{judged(cos_best, tc):.3f} | {judged(ver_best, tv):.3f} |")
-    print(f"judged precision at the operating points: threshold {DEFAULT_THRESHOLD} "
-          f"{judged(cos_best, DEFAULT_THRESHOLD):.3f}, verified "
-          f"{judged(ver_best, verified.min_probability):.3f}")
-    print("\nBest precision at recall >= 0.50 (test part): "
-          f"cosine {_best_at_recall(cos_best, at):.3f}, "
-          f"verified {_best_at_recall(ver_best, at):.3f}")
+        print(
+            f"| {target:.2f} | {c[0]:.3f} | {v[0]:.3f} | {c[1]:.3f} | {v[1]:.3f} | "
+            f"{judged(cos_best, tc):.3f} | {judged(ver_best, tv):.3f} |"
+        )
+    print(
+        f"judged precision at the operating points: threshold {DEFAULT_THRESHOLD} "
+        f"{judged(cos_best, DEFAULT_THRESHOLD):.3f}, verified "
+        f"{judged(ver_best, verified.min_probability):.3f}"
+    )
+    print(
+        "\nBest precision at recall >= 0.50 (test part): "
+        f"cosine {_best_at_recall(cos_best, at):.3f}, "
+        f"verified {_best_at_recall(ver_best, at):.3f}"
+    )
     own_pair(test, vec, verified)
 
 
@@ -113,8 +128,9 @@ def own_pair(test: list[Row], vec: dict[str, np.ndarray], verified: VerifiedPoli
     """Each query against its own cached text only: no other entry can take the hit, so every
     hit is judged by the labels (the protocol of the published pair-classification figures)."""
     cos = np.array([float(vec[r.query] @ vec[r.cached]) for r in test])
-    ver = np.array([verified.model.probability(c, r.query, r.cached)
-                    for c, r in zip(cos, test, strict=True)])
+    ver = np.array(
+        [verified.model.probability(c, r.query, r.cached) for c, r in zip(cos, test, strict=True)]
+    )
     dup = np.array([r.duplicate for r in test])
 
     def curve(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,10 +139,14 @@ def own_pair(test: list[Row], vec: dict[str, np.ndarray], verified: VerifiedPoli
         return tp / np.arange(1, len(order) + 1), tp / dup.sum()
 
     print("\nTest part, each query against its own cached text only (every hit judged):")
-    print("| | precision at recall 0.50 | at recall 0.70 | recall at precision 0.80 | "
-          "at precision 0.90 | at the operating point (P / R) |\n|---|---|---|---|---|---|")
-    for name, score, bar in (("cosine", cos, DEFAULT_THRESHOLD),
-                             ("verified", ver, verified.min_probability)):
+    print(
+        "| | precision at recall 0.50 | at recall 0.70 | recall at precision 0.80 | "
+        "at precision 0.90 | at the operating point (P / R) |\n|---|---|---|---|---|---|"
+    )
+    for name, score, bar in (
+        ("cosine", cos, DEFAULT_THRESHOLD),
+        ("verified", ver, verified.min_probability),
+    ):
         prec, rec = curve(score)
         p50, p70 = prec[np.argmax(rec >= 0.5)], prec[np.argmax(rec >= 0.7)]
         enough = np.arange(1, len(prec) + 1) >= 20
@@ -135,22 +155,26 @@ def own_pair(test: list[Row], vec: dict[str, np.ndarray], verified: VerifiedPoli
         hit = score >= bar
         op_p = dup[hit].mean() if hit.any() else float("nan")
         op_r = (dup & hit).sum() / dup.sum()
-        print(f"| {name} | {p50:.3f} | {p70:.3f} | {r80:.3f} | {r90:.3f} | "
-              f"{op_p:.3f} / {op_r:.3f} |")
+        print(
+            f"| {name} | {p50:.3f} | {p70:.3f} | {r80:.3f} | {r90:.3f} | {op_p:.3f} / {op_r:.3f} |"
+        )
 
 
-def _at_hit_rate(best: list[tuple[float, int]], target: float,
-                 at: Callable[[list[tuple[float, int]], float], tuple[float, float, float, int]]
-                 ) -> tuple[tuple[float, float], float]:
+def _at_hit_rate(
+    best: list[tuple[float, int]],
+    target: float,
+    at: Callable[[list[tuple[float, int]], float], tuple[float, float, float, int]],
+) -> tuple[tuple[float, float], float]:
     scores = sorted((s for s, _ in best), reverse=True)
     t = scores[min(len(scores) - 1, max(0, round(target * len(scores)) - 1))]
     p, r, _, _ = at(best, t)
     return (p, r), t
 
 
-def _best_at_recall(best: list[tuple[float, int]],
-                    at: Callable[[list[tuple[float, int]], float],
-                                 tuple[float, float, float, int]]) -> float:
+def _best_at_recall(
+    best: list[tuple[float, int]],
+    at: Callable[[list[tuple[float, int]], float], tuple[float, float, float, int]],
+) -> float:
     out = float("nan")
     for t in sorted({s for s, _ in best}, reverse=True):
         p, r, _, _ = at(best, t)
@@ -187,8 +211,9 @@ def load_replay(prefix: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def simulate(requests: Sequence[tuple[str, str, str]], vec: dict[str, np.ndarray],
-             policy: Any) -> dict[str, float]:
+def simulate(
+    requests: Sequence[tuple[str, str, str]], vec: dict[str, np.ndarray], policy: Any
+) -> dict[str, float]:
     """Replay the log through a policy with the tier's own arbiter: exact repeats are served,
     other requests go to the policy with the scope's top-4 entries; a miss computes (the true
     answer), is checked against a pending exploration, and is stored."""
@@ -198,7 +223,8 @@ def simulate(requests: Sequence[tuple[str, str, str]], vec: dict[str, np.ndarray
     hits = wrong = semantic = 0
     for scope, text, answer in requests:
         exact, entries, mat = scopes.setdefault(
-            scope, ({}, [], np.zeros((len(requests), dim), dtype=np.float32)))
+            scope, ({}, [], np.zeros((len(requests), dim), dtype=np.float32))
+        )
         if text in exact:
             hits += 1
             wrong += exact[text] != answer
@@ -219,15 +245,22 @@ def simulate(requests: Sequence[tuple[str, str, str]], vec: dict[str, np.ndarray
         entries.append(_Entry(len(entries), scope, text, answer))
         exact[text] = answer
     n = len(requests)
-    return {"error": wrong / n, "hit_rate": hits / n, "semantic": semantic / n,
-            "checks": arbiter.explorations / n}
+    return {
+        "error": wrong / n,
+        "hit_rate": hits / n,
+        "semantic": semantic / n,
+        "checks": arbiter.explorations / n,
+    }
 
 
-def replay_policies(prefix: str, vec: dict[str, np.ndarray], model: VerifierModel,
-                    seeds: int = 3) -> None:
+def replay_policies(
+    prefix: str, vec: dict[str, np.ndarray], model: VerifierModel, seeds: int = 3
+) -> None:
     requests = load_replay(prefix)
-    print(f"\n## Replay log {prefix}.*: {len(requests)} requests, scopes = tenant x model; "
-          "error = wrong hits / requests")
+    print(
+        f"\n## Replay log {prefix}.*: {len(requests)} requests, scopes = tenant x model; "
+        "error = wrong hits / requests"
+    )
     static = []
     for step in range(70, 100):
         t = step / 100
@@ -236,20 +269,32 @@ def replay_policies(prefix: str, vec: dict[str, np.ndarray], model: VerifierMode
     for t, m in static[::2]:
         print(f"| {t:.2f} | {m['error']:.4f} | {m['hit_rate']:.4f} |")
     v = simulate(requests, vec, VerifiedPolicy(model))
-    print(f"\nverified (p >= {model.threshold:.2f}): error {v['error']:.4f}, hit rate "
-          f"{v['hit_rate']:.4f}; static at that error: {_static_at(static, v['error']):.4f}")
-    print("\n| delta | score | realised error (seeds) | hit rate (seeds) | static hit rate at "
-          "equal error | checks / request |\n|---|---|---|---|---|---|")
+    print(
+        f"\nverified (p >= {model.threshold:.2f}): error {v['error']:.4f}, hit rate "
+        f"{v['hit_rate']:.4f}; static at that error: {_static_at(static, v['error']):.4f}"
+    )
+    print(
+        "\n| delta | score | realised error (seeds) | hit rate (seeds) | static hit rate at "
+        "equal error | checks / request |\n|---|---|---|---|---|---|"
+    )
     for delta in (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07):
         for name, verifier in (("cosine", None), ("verified", model)):
-            runs = [simulate(requests, vec, ErrorBoundedPolicy(
-                delta, verifier=verifier, rng=random.Random(seed))) for seed in range(seeds)]
+            runs = [
+                simulate(
+                    requests,
+                    vec,
+                    ErrorBoundedPolicy(delta, verifier=verifier, rng=random.Random(seed)),
+                )
+                for seed in range(seeds)
+            ]
             errs = [r["error"] for r in runs]
             hrs = [r["hit_rate"] for r in runs]
             eq = [_static_at(static, e) for e in errs]
-            print(f"| {delta:.2f} | {name} | {min(errs):.4f}-{max(errs):.4f} | "
-                  f"{min(hrs):.4f}-{max(hrs):.4f} | {min(eq):.4f}-{max(eq):.4f} | "
-                  f"{statistics.mean(r['checks'] for r in runs):.3f} |")
+            print(
+                f"| {delta:.2f} | {name} | {min(errs):.4f}-{max(errs):.4f} | "
+                f"{min(hrs):.4f}-{max(hrs):.4f} | {min(eq):.4f}-{max(eq):.4f} | "
+                f"{statistics.mean(r['checks'] for r in runs):.3f} |"
+            )
 
 
 def _static_at(static: list[tuple[float, dict[str, float]]], error: float) -> float:
@@ -267,8 +312,13 @@ def _static_at(static: list[tuple[float, dict[str, float]]], error: float) -> fl
 # ---------------------------------------------------------------------- cost
 
 
-def verifier_cost(rows: list[Row], vec: dict[str, np.ndarray], model: VerifierModel,
-                  encode_one: Callable[[str], Any], reps: int = 3) -> None:
+def verifier_cost(
+    rows: list[Row],
+    vec: dict[str, np.ndarray],
+    model: VerifierModel,
+    encode_one: Callable[[str], Any],
+    reps: int = 3,
+) -> None:
     """The verified policy's added time per lookup (decide() on the top-4 candidates, hit and
     miss apart) against one bare torch encode, interleaved, medians of ``reps`` rounds."""
     contents = list(dict.fromkeys(r.cached for r in rows))
@@ -302,8 +352,10 @@ def verifier_cost(rows: list[Row], vec: dict[str, np.ndarray], model: VerifierMo
         for key in ("hit", "miss"):
             p99s[key].append(float(np.percentile(model_cost[key], 99)))
         rounds["encode"].append(statistics.median(enc))
-    print(f"\n## Verifier cost per lookup (test queries, top-{K} candidates, texts not memoised, "
-          f"{reps} interleaved rounds; range of the rounds' p50 and p99)")
+    print(
+        f"\n## Verifier cost per lookup (test queries, top-{K} candidates, texts not memoised, "
+        f"{reps} interleaved rounds; range of the rounds' p50 and p99)"
+    )
     print("| | p50 (ms) | p99 (ms) |\n|---|---|---|")
     for key, label in (("hit", "verified decide(), hit"), ("miss", "verified decide(), miss")):
         print(f"| {label} | {_rng(rounds[key])} | {_rng(p99s[key])} |")

@@ -55,7 +55,8 @@ def one(backend: str, threads: int, torch_threads: int | None, reps: int, batch_
 
         torch.set_num_threads(torch_threads)
     emb = SentenceTransformerEmbedder(
-        backend=backend, num_threads=threads  # type: ignore[arg-type]
+        backend=backend,  # type: ignore[arg-type]
+        num_threads=threads,
     ).load()
     single = ["How do I reset the password of my account?"]
     batch = texts64()
@@ -96,20 +97,37 @@ def main() -> None:
         res = one(backend, int(threads), int(tt) if tt else None, args.reps, args.batch_reps)
         print(json.dumps(res))
         return
-    print(f"# cpus {os.cpu_count()}; medians over {args.reps} single / "
-          f"{args.batch_reps} batch runs")
+    print(
+        f"# cpus {os.cpu_count()}; medians over {args.reps} single / {args.batch_reps} batch runs"
+    )
     print("backend  threads  torch_threads  single_p50_ms  single_p99_ms  batch64_ms_per_text")
     for backend, threads, tt in MATRIX:
         spec = f"{backend},{threads},{'' if tt is None else tt}"
-        out = subprocess.run(
-            [sys.executable, __file__, "--one", spec, "--reps", str(args.reps),
-             "--batch-reps", str(args.batch_reps)],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    spec,
+                    "--reps",
+                    str(args.reps),
+                    "--batch-reps",
+                    str(args.batch_reps),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         r = json.loads(out)
-        print(f"{r['backend']:7s}  {r['threads']:7d}  {r['torch_threads']:13d}  "
-              f"{r['single_p50_ms']:13.2f}  {r['single_p99_ms']:13.2f}  "
-              f"{r['batch64_per_text_ms']:19.2f}")
+        print(
+            f"{r['backend']:7s}  {r['threads']:7d}  {r['torch_threads']:13d}  "
+            f"{r['single_p50_ms']:13.2f}  {r['single_p99_ms']:13.2f}  "
+            f"{r['batch64_per_text_ms']:19.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def bound(f: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
     """``f(*args)`` as a function of nothing, for timeit."""
     return lambda: f(*args)
 
+
 def per_call(fn: Callable[[], object], number: int, reps: int) -> float:
     """Median seconds per call over ``reps`` runs of ``number`` calls."""
     fn()
@@ -57,8 +58,10 @@ def paired(
 
 
 def row(name: str, ours: float, base_name: str, base: float, target: str) -> str:
-    return (f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | "
-            f"{ours / base:.2f}x | {target} |")
+    return (
+        f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | "
+        f"{ours / base:.2f}x | {target} |"
+    )
 
 
 def main() -> None:
@@ -93,10 +96,12 @@ def main() -> None:
     ):
         ours: Callable[..., Any] = cache.cached(ttl=300)(fn)
         theirs: Callable[..., Any] = cachetools.cached(
-            cachetools.TTLCache(maxsize=10_000, ttl=300))(fn)
+            cachetools.TTLCache(maxsize=10_000, ttl=300)
+        )(fn)
         t_ours, t_theirs = paired(bound(ours, call_args), bound(theirs, call_args), number, reps)
-        rows.append(row(f"L1 hit, {label}", t_ours, "cachetools.cached (TTLCache)", t_theirs,
-                        "<= 1.5x"))
+        rows.append(
+            row(f"L1 hit, {label}", t_ours, "cachetools.cached (TTLCache)", t_theirs, "<= 1.5x")
+        )
     if args.l1_only:
         print_rows(rows, reps, number)
         return
@@ -118,15 +123,23 @@ def main() -> None:
         assert baseline() == value
         n_l2 = max(number // 20, 200)
         t_l2, t_raw = paired(lambda: l2(features), baseline, n_l2, reps)
-        rows.append(row("L2 hit (l1=False)", t_l2, "redis-py GET + msgpack decode", t_raw,
-                        "<= 1.3x"))
+        rows.append(
+            row("L2 hit (l1=False)", t_l2, "redis-py GET + msgpack decode", t_raw, "<= 1.3x")
+        )
 
         # --- L1 hit of a Redis-backed cache (its invalidation follower running): the hit path
         # must cost what it costs without Redis
         shared = Cache(redis_url=server.url, namespace="bench-l1").cached(ttl=300)(model)
         t_shared, t_theirs = paired(lambda: shared(42), lambda: theirs(42), number, reps)
-        rows.append(row("L1 hit with Redis behind it, `f(42)`", t_shared,
-                        "cachetools.cached (TTLCache)", t_theirs, "<= 1.5x"))
+        rows.append(
+            row(
+                "L1 hit with Redis behind it, `f(42)`",
+                t_shared,
+                "cachetools.cached (TTLCache)",
+                t_theirs,
+                "<= 1.5x",
+            )
+        )
 
         # --- miss overhead: always-new keys, so every call is lookup + compute + store
         counter = itertools.count()
@@ -148,12 +161,15 @@ def main() -> None:
 
 
 def print_rows(rows: list[str], reps: int, number: int) -> None:
-    print(f"# bench/exact.py  ({platform.python_implementation()} {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d')}, reps={reps}, number={number})")
+    print(
+        f"# bench/exact.py  ({platform.python_implementation()} {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d')}, reps={reps}, number={number})"
+    )
     print("| what | cachekit | baseline | baseline time | ratio | target |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(r)
+
 
 if __name__ == "__main__":
     main()

@@ -114,8 +114,10 @@ class Bench:
         get, keys = self.redis.get, self.hot_keys
 
         def run() -> list[Any]:
-            return [msgpack.unpackb(cast(bytes, get(k))[1:], raw=False, strict_map_key=False)
-                    for k in keys]
+            return [
+                msgpack.unpackb(cast(bytes, get(k))[1:], raw=False, strict_map_key=False)
+                for k in keys
+            ]
 
         return run
 
@@ -123,8 +125,10 @@ class Bench:
         mget, keys = self.redis.mget, self.hot_keys
 
         def run() -> list[Any]:
-            return [msgpack.unpackb(cast(bytes, v)[1:], raw=False, strict_map_key=False)
-                    for v in mget(keys)]
+            return [
+                msgpack.unpackb(cast(bytes, v)[1:], raw=False, strict_map_key=False)
+                for v in mget(keys)
+            ]
 
         return run
 
@@ -174,8 +178,9 @@ def main() -> None:
               f"{args.loader_ms:g} ms + {args.loader_us:g} us/id (time.sleep), "
               f"redis-server on loopback")  # fmt: skip
         print()
-        print("| scenario | median ms | p90 ms | vs per-id GET loop | vs MGET | "
-              "vs loader directly |")
+        print(
+            "| scenario | median ms | p90 ms | vs per-id GET loop | vs MGET | vs loader directly |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         for name, ts in times.items():
             ms = med[name]

@@ -61,14 +61,50 @@ def parse_size(text: str) -> int:
 
 
 def template_texts(n: int, offset: int = 0) -> list[str]:
-    subjects = ["password", "account", "invoice", "order", "subscription", "refund", "laptop",
-                "phone", "router", "printer", "api key", "database", "email", "profile photo",
-                "shipping address", "credit card", "license", "calendar", "backup", "vpn"]
-    verbs = ["reset", "change", "cancel", "update", "delete", "recover", "export", "share",
-             "verify", "renew", "configure", "download"]
-    frames = ["How do I {v} my {s}?", "What is the fastest way to {v} the {s} at work",
-              "I can't {v} my {s}, please help me", "Steps to {v} a {s} on mobile",
-              "Is it possible to {v} my {s} without calling support?", "why does {v} {s} fail"]
+    subjects = [
+        "password",
+        "account",
+        "invoice",
+        "order",
+        "subscription",
+        "refund",
+        "laptop",
+        "phone",
+        "router",
+        "printer",
+        "api key",
+        "database",
+        "email",
+        "profile photo",
+        "shipping address",
+        "credit card",
+        "license",
+        "calendar",
+        "backup",
+        "vpn",
+    ]
+    verbs = [
+        "reset",
+        "change",
+        "cancel",
+        "update",
+        "delete",
+        "recover",
+        "export",
+        "share",
+        "verify",
+        "renew",
+        "configure",
+        "download",
+    ]
+    frames = [
+        "How do I {v} my {s}?",
+        "What is the fastest way to {v} the {s} at work",
+        "I can't {v} my {s}, please help me",
+        "Steps to {v} a {s} on mobile",
+        "Is it possible to {v} my {s} without calling support?",
+        "why does {v} {s} fail",
+    ]
     combos = itertools.cycle(itertools.product(frames, verbs, subjects))
     picked = itertools.islice(combos, offset, offset + n)
     # A counter keeps every text distinct, so no layer can answer one from a cache.
@@ -104,9 +140,7 @@ def p50_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3
 
 
-def timed_pair(
-    fns: dict[str, Callable[[int], Any]], reps: int
-) -> dict[str, list[float]]:
+def timed_pair(fns: dict[str, Callable[[int], Any]], reps: int) -> dict[str, list[float]]:
     """Call each fn(rep) ``reps`` times, alternating which goes first; seconds per call."""
     out: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
@@ -159,27 +193,33 @@ def bench_index(n: int, centres: np.ndarray, args: argparse.Namespace) -> list[s
 
         t = timed_pair({d: partial(search, d) for d in indexes}, reps_for(b, args.query_budget))
         c, g = p50_ms(t["cpu"]), p50_ms(t["cuda"])
-        rows.append(f"| {n:,} | {b} | {c:.3f} ms | {b / c * 1e3:,.0f} | {g:.3f} ms "
-                    f"| {b / g * 1e3:,.0f} | {c / g:.1f}x |")
+        rows.append(
+            f"| {n:,} | {b} | {c:.3f} ms | {b / c * 1e3:,.0f} | {g:.3f} ms "
+            f"| {b / g * 1e3:,.0f} | {c / g:.1f}x |"
+        )
     return rows
 
 
 # -- embedder --------------------------------------------------------------------------------
 
 
-def bench_embed(embedders: dict[str, SentenceTransformerEmbedder], texts: list[str],
-                args: argparse.Namespace) -> list[str]:
+def bench_embed(
+    embedders: dict[str, SentenceTransformerEmbedder], texts: list[str], args: argparse.Namespace
+) -> list[str]:
     rows = []
     cursor = itertools.count()
     for b in args.batches:
+
         def embed(dev: str, r: int, b: int = b) -> Any:
             lo = (next(cursor) * b) % max(1, len(texts) - b)
             return embedders[dev].embed(texts[lo : lo + b])
 
         t = timed_pair({d: partial(embed, d) for d in embedders}, reps_for(b, args.embed_budget))
         c, g = p50_ms(t["cpu"]), p50_ms(t["cuda"])
-        rows.append(f"| {b} | {c:.2f} ms | {b / c * 1e3:,.0f} | {g:.2f} ms | {b / g * 1e3:,.0f} "
-                    f"| {c / g:.1f}x |")
+        rows.append(
+            f"| {b} | {c:.2f} ms | {b / c * 1e3:,.0f} | {g:.2f} ms | {b / g * 1e3:,.0f} "
+            f"| {c / g:.1f}x |"
+        )
     return rows
 
 
@@ -187,8 +227,13 @@ def bench_embed(embedders: dict[str, SentenceTransformerEmbedder], texts: list[s
 
 
 def semantic_fn(cache: Cache, embedder: Any, device: str, capacity: int) -> Any:
-    @cache.semantic(threshold=None, ttl=None, embedder=embedder, capacity=capacity,
-                    index_factory=lambda dim: FaissIndex(dim, device=device))  # type: ignore
+    @cache.semantic(
+        threshold=None,
+        ttl=None,
+        embedder=embedder,
+        capacity=capacity,
+        index_factory=lambda dim: FaissIndex(dim, device=device),  # type: ignore[arg-type]
+    )
     def answer(prompt: str, *, model: str) -> str:
         raise AssertionError("the benchmark never computes")
 
@@ -214,8 +259,13 @@ def concurrent(answer: Any, texts: list[str], callers: int) -> float:
     return len(texts) / (time.perf_counter() - t0)
 
 
-def bench_lookup(n: int, embedders: dict[str, SentenceTransformerEmbedder], centres: np.ndarray,
-                 texts: list[str], args: argparse.Namespace) -> str:
+def bench_lookup(
+    n: int,
+    embedders: dict[str, SentenceTransformerEmbedder],
+    centres: np.ndarray,
+    texts: list[str],
+    args: argparse.Namespace,
+) -> str:
     rng = np.random.default_rng(n + 1)
     stored = stored_vectors(centres, n, rng)
     fns, caches = {}, []
@@ -226,8 +276,9 @@ def bench_lookup(n: int, embedders: dict[str, SentenceTransformerEmbedder], cent
         scope = answer.scope_key("", model=SCOPE_MODEL)
         for lo in range(0, n, 200_000):
             hi = min(n, lo + 200_000)
-            answer.tier.add_vectors(scope, [f"s{i}" for i in range(lo, hi)], stored[lo:hi],
-                                    list(range(lo, hi)))
+            answer.tier.add_vectors(
+                scope, [f"s{i}" for i in range(lo, hi)], stored[lo:hi], list(range(lo, hi))
+            )
         index = answer.tier.index(scope)
         index.wait_rebuilt()
         answer.lookup(texts[0], model=SCOPE_MODEL)
@@ -250,8 +301,10 @@ def bench_lookup(n: int, embedders: dict[str, SentenceTransformerEmbedder], cent
     for cache in caches:
         cache.close()
     c, g = p50_ms(t["cpu"]), p50_ms(t["cuda"])
-    return (f"| {n:,} | {c:.2f} ms | {g:.2f} ms | {c / g:.1f}x | {tput['cpu']:,.0f} "
-            f"| {tput['cuda']:,.0f} | {tput['cuda'] / tput['cpu']:.1f}x |")
+    return (
+        f"| {n:,} | {c:.2f} ms | {g:.2f} ms | {c / g:.1f}x | {tput['cpu']:,.0f} "
+        f"| {tput['cuda']:,.0f} | {tput['cuda'] / tput['cpu']:.1f}x |"
+    )
 
 
 def main() -> None:
@@ -275,9 +328,11 @@ def main() -> None:
 
     if not (torch.cuda.is_available() and gpu_available()):
         raise SystemExit("needs a CUDA GPU visible to torch and a faiss build with GPU support")
-    print(f"# {torch.cuda.get_device_name(0)}, {os.cpu_count()} cpus ({platform.machine()}), "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads), faiss "
-          f"{faiss.__version__} ({faiss.get_num_gpus()} GPU), omp {faiss.omp_get_max_threads()}")
+    print(
+        f"# {torch.cuda.get_device_name(0)}, {os.cpu_count()} cpus ({platform.machine()}), "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), faiss "
+        f"{faiss.__version__} ({faiss.get_num_gpus()} GPU), omp {faiss.omp_get_max_threads()}"
+    )
 
     embedders = {
         dev: SentenceTransformerEmbedder(args.model, backend="torch", device=dev).load()

@@ -60,8 +60,9 @@ def paired(
 
 
 def row(name: str, ours: float, base_name: str, base: float) -> str:
-    return (f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | "
-            f"{ours / base:.2f}x |")
+    return (
+        f"| {name} | {ours * 1e6:.2f} µs | {base_name} | {base * 1e6:.2f} µs | {ours / base:.2f}x |"
+    )
 
 
 def l1_rows(number: int, reps: int) -> list[str]:
@@ -69,6 +70,7 @@ def l1_rows(number: int, reps: int) -> list[str]:
     theirs = cachetools.cached(cachetools.TTLCache(maxsize=10_000, ttl=300))(model)
     rows = []
     for label, arg in (("float arg `f(0.5)`", 0.5), ("int arg `f(42)`", 42)):
+
         def call_ours(a: object = arg) -> object:
             return ours(a)
 
@@ -78,8 +80,7 @@ def l1_rows(number: int, reps: int) -> list[str]:
         t_ours, t_theirs = paired(call_ours, call_theirs, number, reps)
         rows.append(row(f"L1 hit, {label}", t_ours, "cachetools.cached", t_theirs))
     held = for_sharing(MsgpackSerializer(), VALUE)
-    t_copy, t_hit = paired(lambda: (ours(42), held.load()), lambda: (ours(42), VALUE),
-                           number, reps)
+    t_copy, t_hit = paired(lambda: (ours(42), held.load()), lambda: (ours(42), VALUE), number, reps)
     rows.append(row("L1 hit + copy of the value", t_copy, "L1 hit", t_hit))
     return rows
 
@@ -88,8 +89,12 @@ def l2_rows(number: int, reps: int) -> list[str]:
     server = RedisServer().start()
     try:
         plain = Cache(redis_url=server.url, namespace="plain", l1=False)
-        signed = Cache(redis_url=server.url, namespace="signed", l1=False,
-                       serializer=SignedSerializer("msgpack", b"bench-secret-0123456789"))
+        signed = Cache(
+            redis_url=server.url,
+            namespace="signed",
+            l1=False,
+            serializer=SignedSerializer("msgpack", b"bench-secret-0123456789"),
+        )
         fp = plain.cached(ttl=300, name="model")(model)
         fs = signed.cached(ttl=300, name="model")(model)
         n = max(number // 20, 200)
@@ -105,8 +110,9 @@ def decode_rows(number: int, reps: int) -> list[str]:
     s = MsgpackSerializer()
     data = b"m" + msgpack.packb([1, 1e9, 300.0, 0.0, None, VALUE])
     payload = data[1:]
-    t_dec, t_raw = paired(lambda: decode_envelope(s, data), lambda: msgpack.unpackb(payload),
-                          number, reps)
+    t_dec, t_raw = paired(
+        lambda: decode_envelope(s, data), lambda: msgpack.unpackb(payload), number, reps
+    )
     return [row("decode_envelope (checked)", t_dec, "msgpack.unpackb", t_raw)]
 
 
@@ -115,11 +121,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--number", type=int, default=20000)
     args = ap.parse_args()
-    rows = (l1_rows(args.number, args.reps) + l2_rows(args.number, args.reps)
-            + decode_rows(args.number, args.reps))
-    print(f"# bench/hardening.py  ({platform.python_implementation()} "
-          f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}, reps={args.reps}, "
-          f"number={args.number})")
+    rows = (
+        l1_rows(args.number, args.reps)
+        + l2_rows(args.number, args.reps)
+        + decode_rows(args.number, args.reps)
+    )
+    print(
+        f"# bench/hardening.py  ({platform.python_implementation()} "
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}, reps={args.reps}, "
+        f"number={args.number})"
+    )
     print("| what | cachekit | baseline | baseline time | ratio |")
     print("|---|---|---|---|---|")
     for r in rows:

@@ -61,14 +61,50 @@ def parse_size(text: str) -> int:
 
 
 def template_texts(n: int) -> list[str]:
-    subjects = ["password", "account", "invoice", "order", "subscription", "refund", "laptop",
-                "phone", "router", "printer", "api key", "database", "email", "profile photo",
-                "shipping address", "credit card", "license", "calendar", "backup", "vpn"]
-    verbs = ["reset", "change", "cancel", "update", "delete", "recover", "export", "share",
-             "verify", "renew", "configure", "download"]
-    frames = ["How do I {v} my {s}?", "What is the fastest way to {v} the {s}",
-              "I can't {v} my {s}, please help", "Steps to {v} a {s} on mobile",
-              "Is it possible to {v} my {s} without support?", "why does {v} {s} fail"]
+    subjects = [
+        "password",
+        "account",
+        "invoice",
+        "order",
+        "subscription",
+        "refund",
+        "laptop",
+        "phone",
+        "router",
+        "printer",
+        "api key",
+        "database",
+        "email",
+        "profile photo",
+        "shipping address",
+        "credit card",
+        "license",
+        "calendar",
+        "backup",
+        "vpn",
+    ]
+    verbs = [
+        "reset",
+        "change",
+        "cancel",
+        "update",
+        "delete",
+        "recover",
+        "export",
+        "share",
+        "verify",
+        "renew",
+        "configure",
+        "download",
+    ]
+    frames = [
+        "How do I {v} my {s}?",
+        "What is the fastest way to {v} the {s}",
+        "I can't {v} my {s}, please help",
+        "Steps to {v} a {s} on mobile",
+        "Is it possible to {v} my {s} without support?",
+        "why does {v} {s} fail",
+    ]
     combos = itertools.product(frames, verbs, subjects)
     return [f.format(v=v, s=s) for f, v, s in itertools.islice(combos, n)]
 
@@ -142,9 +178,11 @@ def run_size(n: int, args: argparse.Namespace) -> None:
     _, truth = flat.search(queries, 1)
     del flat
     print(f"\nN={n:,}  data={args.data}  queries={len(queries)}")
-    print(f"  exact  build {t_flat:7.2f}s | batch1 p50 {statistics.median(f1):7.3f} ms "
-          f"p99 {pct(f1, 99):7.3f} | batch32 p50 {statistics.median(f32):7.2f} ms "
-          f"p99 {pct(f32, 99):7.2f}")
+    print(
+        f"  exact  build {t_flat:7.2f}s | batch1 p50 {statistics.median(f1):7.3f} ms "
+        f"p99 {pct(f1, 99):7.3f} | batch32 p50 {statistics.median(f32):7.2f} ms "
+        f"p99 {pct(f32, 99):7.2f}"
+    )
     for efc in args.efc:
         hnsw, t_h = build(n, stored, False, efc, args.m)
         assert hnsw.mode == "hnsw"
@@ -154,11 +192,13 @@ def run_size(n: int, args: argparse.Namespace) -> None:
             h32 = latencies(hnsw, queries, 32, max(20, args.reps // 8))
             _, got = hnsw.search(queries, 1)
             recall = float((got[:, 0] == truth[:, 0]).mean())
-            print(f"  hnsw M={args.m} efC={efc:3d} ef={ef:3d} build {t_h:7.2f}s | batch1 p50 "
-                  f"{statistics.median(h1):7.3f} ms p99 {pct(h1, 99):7.3f} | batch32 p50 "
-                  f"{statistics.median(h32):7.2f} ms p99 {pct(h32, 99):7.2f} | "
-                  f"recall@1 {recall:.4f} | batch1 speed-up "
-                  f"x{statistics.median(f1) / statistics.median(h1):.1f}")
+            print(
+                f"  hnsw M={args.m} efC={efc:3d} ef={ef:3d} build {t_h:7.2f}s | batch1 p50 "
+                f"{statistics.median(h1):7.3f} ms p99 {pct(h1, 99):7.3f} | batch32 p50 "
+                f"{statistics.median(h32):7.2f} ms p99 {pct(h32, 99):7.2f} | "
+                f"recall@1 {recall:.4f} | batch1 speed-up "
+                f"x{statistics.median(f1) / statistics.median(h1):.1f}"
+            )
         del hnsw
 
 
@@ -180,8 +220,15 @@ class Traffic:
     """A reader searching back to back and a writer adding one new id every ``every_s``, both
     bounded by ``limit_s``; latencies in seconds."""
 
-    def __init__(self, index: FaissIndex, queries: np.ndarray, fresh: np.ndarray,
-                 first_id: int, every_s: float, limit_s: float) -> None:
+    def __init__(
+        self,
+        index: FaissIndex,
+        queries: np.ndarray,
+        fresh: np.ndarray,
+        first_id: int,
+        every_s: float,
+        limit_s: float,
+    ) -> None:
         self.index, self.queries, self.fresh = index, queries, fresh
         self.first_id, self.every_s, self.limit_s = first_id, every_s, limit_s
         self.reads: list[float] = []
@@ -230,23 +277,34 @@ def background_min(mode: str) -> int:
     return 10**9 if mode == "sync" else DEFAULT_BACKGROUND_MIN
 
 
-def stall_row(case: str, mode: str, n: int, tr: Traffic, took: float,
-              since: float | None = None) -> str:
+def stall_row(
+    case: str, mode: str, n: int, tr: Traffic, took: float, since: float | None = None
+) -> str:
     """Search figures over the searches still running at ``since`` or begun later (all by
     default): one blocked by the triggering write counts, one that ended before it does not."""
-    r = [x * 1e3 for x, at in zip(tr.reads, tr.read_at, strict=True)
-         if since is None or at + x >= since] or [float("nan")]
+    r = [
+        x * 1e3
+        for x, at in zip(tr.reads, tr.read_at, strict=True)
+        if since is None or at + x >= since
+    ] or [float("nan")]
     w = [x * 1e3 for x in tr.writes] or [float("nan")]
-    return (f"| {case} | {n:,} | {mode} | {max(r):.1f} ms | {pct(r, 99):.2f} ms | "
-            f"{statistics.median(r):.3f} ms | {max(w):.1f} ms | {took:.2f} s | {len(tr.reads):,} "
-            f"| {len(tr.writes):,} |")
+    return (
+        f"| {case} | {n:,} | {mode} | {max(r):.1f} ms | {pct(r, 99):.2f} ms | "
+        f"{statistics.median(r):.3f} ms | {max(w):.1f} ms | {took:.2f} s | {len(tr.reads):,} "
+        f"| {len(tr.writes):,} |"
+    )
 
 
 def stall_migration(args: argparse.Namespace, mode: str) -> str:
     n = 8_000
     stored, queries = make_data(n + 2_000, args.queries, args.data, seed=1)
-    index = FaissIndex(DIM, exact_max=n, hnsw_m=args.m, ef_construction=args.efc[0],
-                       background_min=background_min(mode))
+    index = FaissIndex(
+        DIM,
+        exact_max=n,
+        hnsw_m=args.m,
+        ef_construction=args.efc[0],
+        background_min=background_min(mode),
+    )
     start = n - 50
     index.add(np.arange(start, dtype=np.int64), stored[:start])
     t0 = time.perf_counter()
@@ -271,8 +329,9 @@ def hnsw_of(n: int, stored: np.ndarray, args: argparse.Namespace, mode: str) -> 
     if index is None:
         t0 = time.perf_counter()
         # Set-up, not measured: built in this thread with every core.
-        index = FaissIndex(DIM, exact_max=0, hnsw_m=args.m, ef_construction=args.efc[0],
-                           background_min=10**9)
+        index = FaissIndex(
+            DIM, exact_max=0, hnsw_m=args.m, ef_construction=args.efc[0], background_min=10**9
+        )
         index.add(np.arange(n, dtype=np.int64), stored)
         index.background_min = background_min(mode)
         print(f"# built the {n:,}-entry graph in {time.perf_counter() - t0:.1f}s")
@@ -286,7 +345,7 @@ def stall_rebuild(n: int, args: argparse.Namespace, mode: str) -> str:
     index = hnsw_of(n, stored, args, mode)
     built_at: list[float] = []
     index.rebuild_hook = lambda phase: built_at.append(time.perf_counter())
-    fresh = perturb(stored[: 20_000], STORE_NOISE, np.random.default_rng(3))
+    fresh = perturb(stored[:20_000], STORE_NOISE, np.random.default_rng(3))
     del stored
     # Tombstones up to just under rebuild_fraction (25%) before the window, in batches of 1000
     # (removing a quarter of a million ids in one call holds the write lock for seconds by
@@ -305,30 +364,43 @@ def stall_rebuild(n: int, args: argparse.Namespace, mode: str) -> str:
         t_rm = time.perf_counter()
         index.remove(gone[under:])  # past 25% dead: the rebuild starts
         while not index.wait_rebuilt(60) and time.perf_counter() - t_rm < limit:
-            print(f"#   {mode} rebuild at {n:,}: {time.perf_counter() - t_rm:.0f}s, "
-                  f"{len(tr.reads):,} searches, worst {max(tr.reads, default=0) * 1e3:.1f} ms, "
-                  f"{len(tr.writes):,} writes, worst {max(tr.writes, default=0) * 1e3:.1f} ms",
-                  flush=True)
+            print(
+                f"#   {mode} rebuild at {n:,}: {time.perf_counter() - t_rm:.0f}s, "
+                f"{len(tr.reads):,} searches, worst {max(tr.reads, default=0) * 1e3:.1f} ms, "
+                f"{len(tr.writes):,} writes, worst {max(tr.writes, default=0) * 1e3:.1f} ms",
+                flush=True,
+            )
         done = time.perf_counter()
         tr.stop.wait(0.25)
     if tr.reads:
         worst = int(np.argmax(tr.reads))
         before = [x for x, at in zip(tr.reads, tr.read_at, strict=True) if at + x < t_rm]
         built = f", build done at {built_at[0] - t_rm:.1f}s" if built_at else ""
-        print(f"#   worst search began {tr.read_at[worst] - t_rm:.2f}s after the trigger"
-              f"{built}, swap done at {done - t_rm:.1f}s; worst search in the "
-              f"{len(before)} before the trigger {max(before, default=0) * 1e3:.1f} ms "
-              f"(not in the row: it counts searches from the trigger on)", flush=True)
+        print(
+            f"#   worst search began {tr.read_at[worst] - t_rm:.2f}s after the trigger"
+            f"{built}, swap done at {done - t_rm:.1f}s; worst search in the "
+            f"{len(before)} before the trigger {max(before, default=0) * 1e3:.1f} ms "
+            f"(not in the row: it counts searches from the trigger on)",
+            flush=True,
+        )
     if index.rebuilding:
-        return stall_row(f"tombstone rebuild, unfinished after {limit:.0f}s", mode, n, tr,
-                         done - t_rm, since=t_rm)
+        return stall_row(
+            f"tombstone rebuild, unfinished after {limit:.0f}s",
+            mode,
+            n,
+            tr,
+            done - t_rm,
+            since=t_rm,
+        )
     assert index.tombstones < len(gone) and len(index) == n - len(gone) + len(tr.writes) + 1
     return stall_row("tombstone rebuild", mode, n, tr, done - t_rm, since=t_rm)
 
 
 def stall(args: argparse.Namespace) -> None:
-    print(f"# reader: batch-1 searches back to back; writer: one add every "
-          f"{args.write_every_ms} ms; efConstruction {args.efc[0]}, M {args.m}")
+    print(
+        f"# reader: batch-1 searches back to back; writer: one add every "
+        f"{args.write_every_ms} ms; efConstruction {args.efc[0]}, M {args.m}"
+    )
     rows = []
     for mode in ("background", "sync"):
         rows.append(stall_migration(args, mode))
@@ -339,8 +411,10 @@ def stall(args: argparse.Namespace) -> None:
         for mode in args.rebuild_modes.split(","):
             rows.append(stall_rebuild(parse_size(size), args, mode))
             print(rows[-1], flush=True)
-    print("\n| case | entries | rebuild | worst search | search p99 | search p50 | worst write "
-          "| rebuild took | searches served | writes served |")
+    print(
+        "\n| case | entries | rebuild | worst search | search p99 | search p50 | worst write "
+        "| rebuild took | searches served | writes served |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(row)
@@ -358,20 +432,32 @@ def main() -> None:
     p.add_argument("--crossover", action="store_true", help="flat vs HNSW at 1k..50k")
     p.add_argument("--stall", action="store_true", help="lookups across migration and rebuilds")
     p.add_argument("--rebuild-sizes", default="100k,1m", help="--stall: tombstone rebuild sizes")
-    p.add_argument("--rebuild-modes", default="background,sync",
-                   help="--stall: rebuild modes at --rebuild-sizes (sync at 1M takes minutes)")
-    p.add_argument("--rebuild-limit-s", type=float, default=3600,
-                   help="--stall: give up on a rebuild after this long")
+    p.add_argument(
+        "--rebuild-modes",
+        default="background,sync",
+        help="--stall: rebuild modes at --rebuild-sizes (sync at 1M takes minutes)",
+    )
+    p.add_argument(
+        "--rebuild-limit-s",
+        type=float,
+        default=3600,
+        help="--stall: give up on a rebuild after this long",
+    )
     p.add_argument("--write-every-ms", type=float, default=5.0, help="--stall: write interval")
-    p.add_argument("--cache-dir", default=os.environ.get("TMPDIR", "/tmp"),
-                   help="--stall: where built graphs are saved for reuse ('' not to)")
+    p.add_argument(
+        "--cache-dir",
+        default=os.environ.get("TMPDIR", "/tmp"),
+        help="--stall: where built graphs are saved for reuse ('' not to)",
+    )
     args = p.parse_args()
     args.efc = [int(x) for x in args.efc.split(",")]
     args.ef = [int(x) for x in args.ef.split(",")]
     import faiss
 
-    print(f"# faiss {faiss.__version__}, omp threads {faiss.omp_get_max_threads()}, "
-          f"cpus {os.cpu_count()}; times are search-only medians over repetitions")
+    print(
+        f"# faiss {faiss.__version__}, omp threads {faiss.omp_get_max_threads()}, "
+        f"cpus {os.cpu_count()}; times are search-only medians over repetitions"
+    )
     if args.crossover:
         crossover(args)
         return

@@ -108,8 +108,12 @@ end
 
 
 def body(text: str) -> str:
-    return json.dumps({"model": "gpt-4o-mini", "messages": [
-        {"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]})
+    return json.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+        }
+    )
 
 
 def free_port() -> int:
@@ -165,24 +169,50 @@ def process(cmd: list[str], health: str, timeout: float = 120.0) -> Iterator[Non
         log.close()
 
 
-def wrk(url: str, template: str, *, threads: int, conns: int, duration: float,
-        rate: float | None = None, headers: dict[str, str] | None = None) -> dict[str, Any]:
-    extra = "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}"
-                      for k, v in (headers or {}).items())
+def wrk(
+    url: str,
+    template: str,
+    *,
+    threads: int,
+    conns: int,
+    duration: float,
+    rate: float | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    extra = "\n".join(
+        f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in (headers or {}).items()
+    )
     delay = ""
     if rate is not None:
         delay = _DELAY % {"mean_ms": 1000.0 * conns / rate}
     # A fresh number range per run: texts (and so embeddings) never repeat across runs.
     wrk.runs += 1  # type: ignore[attr-defined]
-    script = _LUA % {"template": json.dumps(template), "path": CHAT, "delay": delay,
-                     "headers": extra, "offset": wrk.runs * 10**9}  # type: ignore[attr-defined]
+    script = _LUA % {
+        "template": json.dumps(template),
+        "path": CHAT,
+        "delay": delay,
+        "headers": extra,
+        "offset": wrk.runs * 10**9,  # type: ignore[attr-defined]
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     try:
         out = subprocess.run(
-            ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, round(duration))}s",
-             "--timeout", "10s", "-s", f.name, url],
-            capture_output=True, text=True, timeout=duration + 60)
+            [
+                "wrk",
+                f"-t{threads}",
+                f"-c{conns}",
+                f"-d{max(1, round(duration))}s",
+                "--timeout",
+                "10s",
+                "-s",
+                f.name,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=duration + 60,
+        )
     finally:
         os.unlink(f.name)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -197,8 +227,12 @@ wrk.runs = 0  # type: ignore[attr-defined]
 
 
 def check(url: str, text: str, expect: str) -> None:
-    r = httpx.post(url, content=body(text), timeout=30.0, headers={
-        "authorization": "Bearer sk-bench", "content-type": "application/json"})
+    r = httpx.post(
+        url,
+        content=body(text),
+        timeout=30.0,
+        headers={"authorization": "Bearer sk-bench", "content-type": "application/json"},
+    )
     got = r.headers.get("x-cachekit-cache")
     if r.status_code != 200 or got != expect:
         raise RuntimeError(f"expected {expect} for {text!r}, got {r.status_code} {got}")
@@ -211,30 +245,74 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     up_port, px_port, bare_port, ex_port = free_port(), free_port(), free_port(), free_port()
     up, px, bare, ex = (f"http://127.0.0.1:{p}" for p in (up_port, px_port, bare_port, ex_port))
     py = sys.executable
-    upstream_cmd = [py, "-m", "cachekit.proxy.testing", "--port", str(up_port),
-                    "--latency", str(args.upstream_latency)]
-    proxy_cmd = [py, "-m", "cachekit", "serve", "--upstream", up, "--port", str(px_port),
-                 "--threshold", str(args.threshold), "--ttl", "86400"]
-    exact_cmd = [py, "-m", "cachekit", "serve", "--upstream", up, "--port", str(ex_port),
-                 "--no-semantic", "--ttl", "86400"]
+    upstream_cmd = [
+        py,
+        "-m",
+        "cachekit.proxy.testing",
+        "--port",
+        str(up_port),
+        "--latency",
+        str(args.upstream_latency),
+    ]
+    proxy_cmd = [
+        py,
+        "-m",
+        "cachekit",
+        "serve",
+        "--upstream",
+        up,
+        "--port",
+        str(px_port),
+        "--threshold",
+        str(args.threshold),
+        "--ttl",
+        "86400",
+    ]
+    exact_cmd = [
+        py,
+        "-m",
+        "cachekit",
+        "serve",
+        "--upstream",
+        up,
+        "--port",
+        str(ex_port),
+        "--no-semantic",
+        "--ttl",
+        "86400",
+    ]
     results: list[dict[str, Any]] = []
-    with process(upstream_cmd, up + "/v1/models"), process(proxy_cmd, px + "/healthz"), \
-            process(exact_cmd, ex + "/healthz"):
-        first = httpx.post(px + CHAT, content=body(STORED), timeout=30.0,
-                           headers={"authorization": "Bearer sk-bench"})
+    with (
+        process(upstream_cmd, up + "/v1/models"),
+        process(proxy_cmd, px + "/healthz"),
+        process(exact_cmd, ex + "/healthz"),
+    ):
+        first = httpx.post(
+            px + CHAT,
+            content=body(STORED),
+            timeout=30.0,
+            headers={"authorization": "Bearer sk-bench"},
+        )
         size = len(first.content)
         check(px + CHAT, STORED, "HIT")
         check(px + CHAT, PARAPHRASE % 1, "SEMANTIC_HIT")
-        bare_cmd = [py, str(Path(__file__).resolve()), "--serve-bare", str(bare_port),
-                    "--size", str(size)]
+        bare_cmd = [
+            py,
+            str(Path(__file__).resolve()),
+            "--serve-bare",
+            str(bare_port),
+            "--size",
+            str(size),
+        ]
         with process(bare_cmd, bare + "/docs"):
             for rnd in range(1, args.rounds + 1):
                 results.extend(one_round(rnd, args, up, px, bare, ex))
     return results
 
 
-def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, ex: str
-              ) -> list[dict[str, Any]]:
+def one_round(
+    rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, ex: str
+) -> list[dict[str, Any]]:
     d = args.duration
     out = []
 
@@ -249,20 +327,30 @@ def one_round(rnd: int, args: argparse.Namespace, up: str, px: str, bare: str, e
     # header only makes sure that none of the similar-looking questions is served as a hit.
     never_similar = {"x-cachekit-threshold": "1"}
     for scenario, url, template, headers in (
-            ("bare endpoint", bare, body(STORED), None), ("exact hit", px, body(STORED), None),
-            ("semantic hit", px, body(PARAPHRASE), None),
-            ("miss via proxy", px, body(QUESTION), never_similar),
-            ("miss via exact-only proxy", ex, body(QUESTION), None),
-            ("upstream direct", up, body(QUESTION), None)):
+        ("bare endpoint", bare, body(STORED), None),
+        ("exact hit", px, body(STORED), None),
+        ("semantic hit", px, body(PARAPHRASE), None),
+        ("miss via proxy", px, body(QUESTION), never_similar),
+        ("miss via exact-only proxy", ex, body(QUESTION), None),
+        ("upstream direct", up, body(QUESTION), None),
+    ):
         if args.only and scenario not in args.only:
             continue
-        res = record(scenario, "closed c16", wrk(url + CHAT, template, threads=2, conns=16,
-                                                 duration=d, headers=headers))
+        res = record(
+            scenario,
+            "closed c16",
+            wrk(url + CHAT, template, threads=2, conns=16, duration=d, headers=headers),
+        )
         cap[scenario] = res["rps"]
-        record(scenario, "closed c1", wrk(url + CHAT, template, threads=1, conns=1, duration=d,
-                                          headers=headers))
-    for scenario, url, template in (("bare endpoint", bare, body(STORED)),
-                                    ("exact hit", px, body(STORED))):
+        record(
+            scenario,
+            "closed c1",
+            wrk(url + CHAT, template, threads=1, conns=1, duration=d, headers=headers),
+        )
+    for scenario, url, template in (
+        ("bare endpoint", bare, body(STORED)),
+        ("exact hit", px, body(STORED)),
+    ):
         if args.no_open or scenario not in cap:
             continue
         for frac in (0.5, 0.7, 0.9):
@@ -282,35 +370,56 @@ def summarize(results: list[dict[str, Any]]) -> str:
         lo, hi = min(values), max(values)
         return fmt % lo if f"{fmt % lo}" == f"{fmt % hi}" else f"{fmt % lo}-{fmt % hi}"
 
-    lines = ["| scenario | load | requests/s | p50 ms | p95 ms | p99 ms | errors |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | load | requests/s | p50 ms | p95 ms | p99 ms | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (scenario, mode), rs in keys.items():
         errors = sum(r["socket_errors"] + r["non_2xx"] for r in rs)
-        lines.append(f"| {scenario} | {mode} | {rng([r['rps'] for r in rs], '%.0f')} | "
-                     f"{rng([r['p50_ms'] for r in rs], '%.2f')} | "
-                     f"{rng([r['p95_ms'] for r in rs], '%.2f')} | "
-                     f"{rng([r['p99_ms'] for r in rs], '%.2f')} | {errors} |")
+        lines.append(
+            f"| {scenario} | {mode} | {rng([r['rps'] for r in rs], '%.0f')} | "
+            f"{rng([r['p50_ms'] for r in rs], '%.2f')} | "
+            f"{rng([r['p95_ms'] for r in rs], '%.2f')} | "
+            f"{rng([r['p99_ms'] for r in rs], '%.2f')} | {errors} |"
+        )
     by_round: dict[int, dict[str, float]] = {}
     for r in results:
         by_round.setdefault(r["round"], {})[f"{r['scenario']}|{r['mode']}"] = r["rps"]
-    ratios = [v["exact hit|closed c16"] / v["bare endpoint|closed c16"]
-              for v in by_round.values()
-              if "exact hit|closed c16" in v and "bare endpoint|closed c16" in v] or [0.0]
-    p50 = {k: [r["p50_ms"] for r in rs] for (s, m), rs in keys.items()
-           for k in [f"{s}|{m}"]}
-    added = [a - b for a, b in zip(p50.get("miss via proxy|closed c1", []),
-                                   p50.get("upstream direct|closed c1", []), strict=False)]
+    ratios = [
+        v["exact hit|closed c16"] / v["bare endpoint|closed c16"]
+        for v in by_round.values()
+        if "exact hit|closed c16" in v and "bare endpoint|closed c16" in v
+    ] or [0.0]
+    p50 = {k: [r["p50_ms"] for r in rs] for (s, m), rs in keys.items() for k in [f"{s}|{m}"]}
+    added = [
+        a - b
+        for a, b in zip(
+            p50.get("miss via proxy|closed c1", []),
+            p50.get("upstream direct|closed c1", []),
+            strict=False,
+        )
+    ]
     lines.append("")
-    lines.append(f"exact-hit throughput / bare endpoint (c16): {rng(ratios, '%.2f')}x "
-                 f"(median {statistics.median(ratios):.2f}x)")
+    lines.append(
+        f"exact-hit throughput / bare endpoint (c16): {rng(ratios, '%.2f')}x "
+        f"(median {statistics.median(ratios):.2f}x)"
+    )
     if added:
-        lines.append(f"p50 added by a miss over calling the upstream directly (c1): "
-                     f"{rng(added, '%.2f')} ms")
-    added_ex = [a - b for a, b in zip(p50.get("miss via exact-only proxy|closed c1", []),
-                                      p50.get("upstream direct|closed c1", []), strict=False)]
+        lines.append(
+            f"p50 added by a miss over calling the upstream directly (c1): {rng(added, '%.2f')} ms"
+        )
+    added_ex = [
+        a - b
+        for a, b in zip(
+            p50.get("miss via exact-only proxy|closed c1", []),
+            p50.get("upstream direct|closed c1", []),
+            strict=False,
+        )
+    ]
     if added_ex:
-        lines.append(f"p50 added by a miss, exact-only proxy (--no-semantic, c1): "
-                     f"{rng(added_ex, '%.2f')} ms")
+        lines.append(
+            f"p50 added by a miss, exact-only proxy (--no-semantic, c1): {rng(added_ex, '%.2f')} ms"
+        )
     return "\n".join(lines)
 
 
@@ -321,8 +430,11 @@ def main() -> None:
     parser.add_argument("--upstream-latency", type=float, default=0.02)
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--json", help="also write every run to this file")
-    parser.add_argument("--only", type=lambda v: [x.strip() for x in v.split(",")],
-                        help="comma-separated scenario names to run (default: all)")
+    parser.add_argument(
+        "--only",
+        type=lambda v: [x.strip() for x in v.split(",")],
+        help="comma-separated scenario names to run (default: all)",
+    )
     parser.add_argument("--no-open", action="store_true", help="skip the open-loop runs")
     parser.add_argument("--serve-bare", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, default=400, help=argparse.SUPPRESS)
@@ -330,8 +442,13 @@ def main() -> None:
     if args.serve_bare:
         import uvicorn
 
-        uvicorn.run(bare_app(args.size), host="127.0.0.1", port=args.serve_bare,
-                    log_level="warning", access_log=False)
+        uvicorn.run(
+            bare_app(args.size),
+            host="127.0.0.1",
+            port=args.serve_bare,
+            log_level="warning",
+            access_log=False,
+        )
         return
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")

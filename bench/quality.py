@@ -264,8 +264,9 @@ def default_threshold() -> float | None:
     return float(DEFAULT_THRESHOLD)
 
 
-def run_policies(args: argparse.Namespace, pairs: list[Pair],
-                 vectors: dict[str, np.ndarray]) -> None:
+def run_policies(
+    args: argparse.Namespace, pairs: list[Pair], vectors: dict[str, np.ndarray]
+) -> None:
     if not (args.policies or args.replay or args.cost):
         return
     from cachekit.semantic.verifier import VerifierModel
@@ -273,8 +274,10 @@ def run_policies(args: argparse.Namespace, pairs: list[Pair],
     model = VerifierModel.load(args.verifier_model)
     rows = [_policies.Row(p.line, p.query, p.cached, p.duplicate) for p in pairs]
     source = args.verifier_model or "packaged"
-    print(f"\n# verifier model: {source} ({model.info.get('train_pairs')} train pairs, "
-          f"operating point p >= {model.threshold:.2f})")
+    print(
+        f"\n# verifier model: {source} ({model.info.get('train_pairs')} train pairs, "
+        f"operating point p >= {model.threshold:.2f})"
+    )
     if args.policies:
         _policies.qqp_policies(rows, vectors, model)
     if args.replay:
@@ -302,15 +305,29 @@ def main() -> None:
         action="store_true",
         help="skip the real lookups through Cache.semantic (sweep only)",
     )
-    p.add_argument("--policies", action="store_true",
-                   help="verified policy vs static thresholds on the hash split's test part")
-    p.add_argument("--replay", default=None, metavar="PREFIX",
-                   help="replay PREFIX.input.jsonl with PREFIX.truth.jsonl through the policies")
+    p.add_argument(
+        "--policies",
+        action="store_true",
+        help="verified policy vs static thresholds on the hash split's test part",
+    )
+    p.add_argument(
+        "--replay",
+        default=None,
+        metavar="PREFIX",
+        help="replay PREFIX.input.jsonl with PREFIX.truth.jsonl through the policies",
+    )
     p.add_argument("--cost", action="store_true", help="verifier time per lookup vs one encode")
-    p.add_argument("--verifier-model", default=None,
-                   help="verifier model file or directory (default: the packaged one)")
-    p.add_argument("--vectors", type=Path, default=None,
-                   help="cache of embeddings (.npy + .json beside it), reused when present")
+    p.add_argument(
+        "--verifier-model",
+        default=None,
+        help="verifier model file or directory (default: the packaged one)",
+    )
+    p.add_argument(
+        "--vectors",
+        type=Path,
+        default=None,
+        help="cache of embeddings (.npy + .json beside it), reused when present",
+    )
     args = p.parse_args()
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
 

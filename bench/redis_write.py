@@ -29,8 +29,9 @@ def main() -> None:
     try:
         r = redis.Redis.from_url(server.url)
         tier = RedisTier(server.url)
-        entries = [(f"ck:ns:v0:feat:user:i{i}", b"m" + b"x" * 120, 3600.0)
-                   for i in range(args.entries)]
+        entries = [
+            (f"ck:ns:v0:feat:user:i{i}", b"m" + b"x" * 120, 3600.0) for i in range(args.entries)
+        ]
 
         def pipeline_set() -> None:
             p = r.pipeline(False)

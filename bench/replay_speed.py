@@ -80,10 +80,18 @@ def main() -> int:
     ap.add_argument("outputs", type=Path)
     ap.add_argument("--copies", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ceiling-sample", type=int, default=0,
-                    help="measure the ceiling on this many distinct texts (default: all)")
-    ap.add_argument("--sweep", type=int, default=0,
-                    help="also time a sweep of this many points (once, after the rounds)")
+    ap.add_argument(
+        "--ceiling-sample",
+        type=int,
+        default=0,
+        help="measure the ceiling on this many distinct texts (default: all)",
+    )
+    ap.add_argument(
+        "--sweep",
+        type=int,
+        default=0,
+        help="also time a sweep of this many points (once, after the rounds)",
+    )
     args = ap.parse_args()
     print(f"# {shlex.join(sys.argv)}")
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
@@ -96,8 +104,10 @@ def main() -> int:
         embedder = SentenceTransformerEmbedder().load()
         embedder.embed(texts[:64])  # warm-up: first calls allocate
         rss_loaded = max_rss_mib()
-        print(f"# requests file {inp.name}: {len(texts):,} distinct texts; "
-              f"embedder {embedder.name}; peak RSS after model load {rss_loaded:,.0f} MiB")
+        print(
+            f"# requests file {inp.name}: {len(texts):,} distinct texts; "
+            f"embedder {embedder.name}; peak RSS after model load {rss_loaded:,.0f} MiB"
+        )
 
         ceil_s: list[float] = []
         replay_s: list[float] = []
@@ -111,26 +121,35 @@ def main() -> int:
             report = run_replay(inp, out, options=ReplayOptions(embedder=embedder))
             replay_s.append(time.perf_counter() - t0)
             requests = report.requests
-            print(f"round {rnd + 1}: ceiling {len(texts) / ceil_s[-1]:,.0f} texts/s "
-                  f"({seconds:.1f} s for {len(sample):,}); "
-                  f"replay {replay_s[-1]:.1f} s for {requests:,} requests "
-                  f"({requests / replay_s[-1]:,.0f} req/s, hit rate {report.hit_rate:.3f}); "
-                  f"ratio {ceil_s[-1] / replay_s[-1]:.2f}")
+            print(
+                f"round {rnd + 1}: ceiling {len(texts) / ceil_s[-1]:,.0f} texts/s "
+                f"({seconds:.1f} s for {len(sample):,}); "
+                f"replay {replay_s[-1]:.1f} s for {requests:,} requests "
+                f"({requests / replay_s[-1]:,.0f} req/s, hit rate {report.hit_rate:.3f}); "
+                f"ratio {ceil_s[-1] / replay_s[-1]:.2f}"
+            )
         ratios = [c / r for c, r in zip(ceil_s, replay_s, strict=True)]
-        print(f"ceiling texts/s: median {len(texts) / statistics.median(ceil_s):,.0f} "
-              f"(range {len(texts) / max(ceil_s):,.0f}-{len(texts) / min(ceil_s):,.0f})")
-        print(f"replay wall s: median {statistics.median(replay_s):.1f} "
-              f"(range {min(replay_s):.1f}-{max(replay_s):.1f}) for {requests:,} requests")
-        print(f"replay speed / ceiling: median {statistics.median(ratios):.2f} "
-              f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+        print(
+            f"ceiling texts/s: median {len(texts) / statistics.median(ceil_s):,.0f} "
+            f"(range {len(texts) / max(ceil_s):,.0f}-{len(texts) / min(ceil_s):,.0f})"
+        )
+        print(
+            f"replay wall s: median {statistics.median(replay_s):.1f} "
+            f"(range {min(replay_s):.1f}-{max(replay_s):.1f}) for {requests:,} requests"
+        )
+        print(
+            f"replay speed / ceiling: median {statistics.median(ratios):.2f} "
+            f"(range {min(ratios):.2f}-{max(ratios):.2f})"
+        )
         print(f"peak RSS {max_rss_mib():,.0f} MiB (after model load {rss_loaded:,.0f} MiB)")
         if args.sweep:
-            points = [round(0.70 + 0.28 * i / max(1, args.sweep - 1), 4)
-                      for i in range(args.sweep)]
+            points = [round(0.70 + 0.28 * i / max(1, args.sweep - 1), 4) for i in range(args.sweep)]
             t0 = time.perf_counter()
             run_replay(inp, out, options=ReplayOptions(embedder=embedder, sweep=points))
-            print(f"sweep of {len(points)} points (+ headline): "
-                  f"{time.perf_counter() - t0:.1f} s; peak RSS {max_rss_mib():,.0f} MiB")
+            print(
+                f"sweep of {len(points)} points (+ headline): "
+                f"{time.perf_counter() - t0:.1f} s; peak RSS {max_rss_mib():,.0f} MiB"
+            )
     return 0
 
 

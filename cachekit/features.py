@@ -190,12 +190,18 @@ class FeatureSet:
         self._flights = engine.flights
         # What the sync and asyncio drivers answer the read and load cores with.
         self._ops: dict[str, Callable[..., Any]] = {
-            "lookup": engine.lookup_lazy, "refresh": self._refresh, "load": self._load,
-            "loader": self._call_loader, "store": engine.store_many,
+            "lookup": engine.lookup_lazy,
+            "refresh": self._refresh,
+            "load": self._load,
+            "loader": self._call_loader,
+            "store": engine.store_many,
         }
         self._aops: dict[str, Callable[..., Any]] = {
-            "lookup": engine.alookup_lazy, "refresh": self._arefresh, "load": self._aload,
-            "loader": self._acall_loader, "store": engine.astore_many,
+            "lookup": engine.alookup_lazy,
+            "refresh": self._arefresh,
+            "load": self._aload,
+            "loader": self._acall_loader,
+            "store": engine.astore_many,
         }
         self._refreshing: set[Hashable] = set()
 
@@ -236,8 +242,9 @@ class FeatureSet:
         try:
             return stable_digest(entity_id)
         except TypeError as exc:
-            raise TypeError(f"feature set {self.name!r}: cannot key id {entity_id!r:.60}: "
-                            f"{exc}") from None
+            raise TypeError(
+                f"feature set {self.name!r}: cannot key id {entity_id!r:.60}: {exc}"
+            ) from None
 
     def _key(self, local: Hashable, entity_id: Any) -> CacheKey:
         tok: str
@@ -245,9 +252,14 @@ class FeatureSet:
         tok, val = local  # type: ignore[misc]
         if tok is self._tok_int:
             part = f"i{val}"
-        elif tok is self._tok_str and len(val) <= READABLE_ID_MAX and val.isascii() \
-                and val.isprintable() \
-                and "{" not in val and "}" not in val:
+        elif (
+            tok is self._tok_str
+            and len(val) <= READABLE_ID_MAX
+            and val.isascii()
+            and val.isprintable()
+            and "{" not in val
+            and "}" not in val
+        ):
             # readable in redis-cli; braces would act as a cluster hash tag
             part = "s" + val
         elif tok is self._tok_digest:
@@ -259,13 +271,16 @@ class FeatureSet:
     def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
         """Validated distinct ids in request order, their local keys, and the request size."""
         if isinstance(ids, str | bytes):
-            raise TypeError(f"feature set {self.name!r}: pass a list of ids, not one "
-                            f"{type(ids).__name__}")
+            raise TypeError(
+                f"feature set {self.name!r}: pass a list of ids, not one {type(ids).__name__}"
+            )
         try:
             seq = list(ids)
         except TypeError:
-            raise TypeError(f"feature set {self.name!r}: ids must be an iterable of ids, got "
-                            f"{type(ids).__qualname__}") from None
+            raise TypeError(
+                f"feature set {self.name!r}: ids must be an iterable of ids, got "
+                f"{type(ids).__qualname__}"
+            ) from None
         locals_ = self._local_keys(seq)
         distinct = dict(zip(locals_, seq, strict=True))  # typed dedupe, first occurrence order
         if len(distinct) == len(seq):
@@ -399,7 +414,7 @@ class FeatureSet:
         m = self.max_batch
         if m is None or len(items) <= m:
             return [items]
-        return [items[k:k + m] for k in range(0, len(items), m)]
+        return [items[k : k + m] for k in range(0, len(items), m)]
 
     def _interpret(self, result: Any) -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
         if isinstance(result, FeatureResult):
@@ -431,11 +446,16 @@ class FeatureSet:
                 outcomes[lk] = _ABSENT
                 absent += 1
                 if self.negative_ttl is not None:
-                    store.append((key, None, resolve(self.negative_ttl, self.jitter), 0.0,
-                                  NEGATIVE_MARK))
+                    store.append(
+                        (key, None, resolve(self.negative_ttl, self.jitter), 0.0, NEGATIVE_MARK)
+                    )
         if found and not loaded:
-            log.warning("cachekit: feature loader %s returned %d ids, none of them requested "
-                        "(ids of another type?)", self._loader_name, len(found))
+            log.warning(
+                "cachekit: feature loader %s returned %d ids, none of them requested "
+                "(ids of another type?)",
+                self._loader_name,
+                len(found),
+            )
         c = self._c
         c.loaded += loaded
         c.negative_stored += absent
@@ -451,8 +471,10 @@ class FeatureSet:
                 return asyncio.run(_as_coroutine(result))
             if inspect.iscoroutine(result):
                 result.close()
-            raise TypeError(f"feature loader {self._loader_name} is async: call aget_many() "
-                            "inside an event loop")
+            raise TypeError(
+                f"feature loader {self._loader_name} is async: call aget_many() "
+                "inside an event loop"
+            )
         return result
 
     async def _acall_loader(self, ids: list[Any]) -> Any:
@@ -586,8 +608,9 @@ class FeatureSet:
 
     def _prime_items(self, features: Mapping[Any, Any]) -> list[StoreItem]:
         if not isinstance(features, Mapping):
-            raise TypeError(f"prime() takes a dict of id -> features, got "
-                            f"{type(features).__qualname__}")
+            raise TypeError(
+                f"prime() takes a dict of id -> features, got {type(features).__qualname__}"
+            )
         entity_ids = list(features)
         locals_ = self._local_keys(entity_ids)
         keys = [self._key(lk, i) for lk, i in zip(locals_, entity_ids, strict=True)]
@@ -621,13 +644,18 @@ class FeatureSet:
         return self._stats()
 
 
-def _validate(name: str, version: int | str, loader: Any, ttl: float | None,
-              negative_ttl: float | None, stale_ttl: float, jitter: float,
-              max_batch: int | None) -> None:
+def _validate(
+    name: str,
+    version: int | str,
+    loader: Any,
+    ttl: float | None,
+    negative_ttl: float | None,
+    stale_ttl: float,
+    jitter: float,
+    max_batch: int | None,
+) -> None:
     if not isinstance(name, str) or not name or _BAD_NAME_CHARS.intersection(name):
-        raise ValueError(
-            "feature set name must be a non-empty string without : @ { } or spaces"
-        )
+        raise ValueError("feature set name must be a non-empty string without : @ { } or spaces")
     if not isinstance(version, int | str) or _BAD_NAME_CHARS.intersection(str(version)):
         raise ValueError("version must be an int or a string without : @ { } or spaces")
     if not callable(loader):

@@ -84,8 +84,10 @@ def _enc_bool(obj: bool, out: bytearray, depth: int) -> None:
 
 def _enc_int(obj: int, out: bytearray, depth: int) -> None:
     if obj.bit_length() > MAX_INT_BITS:
-        raise KeyError_(f"an int of {obj.bit_length()} bits is too large for a cache key "
-                        f"(limit {MAX_INT_BITS} bits); pass key=... or ignore=(...)")
+        raise KeyError_(
+            f"an int of {obj.bit_length()} bits is too large for a cache key "
+            f"(limit {MAX_INT_BITS} bits); pass key=... or ignore=(...)"
+        )
     s = str(obj).encode()
     out += b"i%d:" % len(s) + s
 
@@ -228,10 +230,21 @@ def _enc_unkeyable(obj: Any, out: bytearray, depth: int) -> None:
 
 
 _BY_TYPE: dict[type, _Encoder] = {
-    type(None): _enc_none, bool: _enc_bool, int: _enc_int, float: _enc_float, str: _enc_str,
-    bytes: _enc_bytes, bytearray: _enc_bytes, memoryview: _enc_bytes,
-    tuple: _enc_sequence, list: _enc_sequence, dict: _enc_mapping,
-    set: _enc_set, frozenset: _enc_set, decimal.Decimal: _enc_decimal, uuid.UUID: _enc_uuid,
+    type(None): _enc_none,
+    bool: _enc_bool,
+    int: _enc_int,
+    float: _enc_float,
+    str: _enc_str,
+    bytes: _enc_bytes,
+    bytearray: _enc_bytes,
+    memoryview: _enc_bytes,
+    tuple: _enc_sequence,
+    list: _enc_sequence,
+    dict: _enc_mapping,
+    set: _enc_set,
+    frozenset: _enc_set,
+    decimal.Decimal: _enc_decimal,
+    uuid.UUID: _enc_uuid,
 }
 
 
@@ -260,8 +273,11 @@ def _encoder_for(obj: Any) -> _Encoder:
 def _name_failure(exc: Exception, obj: Any, names: Sequence[str] | None) -> KeyError_:
     """The error for an argument tuple that could not be keyed, naming the parameter that failed
     when ``names`` (the tuple's parameter names) is given. Runs only on the error path."""
-    reason = str(exc) if isinstance(exc, KeyError_) else (
-        f"argument nests too deeply (or contains itself): {type(exc).__name__}")
+    reason = (
+        str(exc)
+        if isinstance(exc, KeyError_)
+        else (f"argument nests too deeply (or contains itself): {type(exc).__name__}")
+    )
     if type(obj) is tuple:
         for i, item in enumerate(obj):
             try:
@@ -372,7 +388,8 @@ def float_positions(types: tuple[type, ...]) -> tuple[int, ...] | None:
         FLOAT_SIGNATURES.clear()
     positions = (
         tuple(i for i, t in enumerate(types) if t is float)
-        if _SCALARS_AND_FLOAT.issuperset(types) else None
+        if _SCALARS_AND_FLOAT.issuperset(types)
+        else None
     )
     FLOAT_SIGNATURES[types] = positions
     return positions
@@ -449,9 +466,7 @@ class ArgNormalizer:
         if unknown:
             raise ValueError(f"ignore names parameters {sorted(unknown)} that {fn!r} does not have")
         self._ignore = frozenset(ignore)
-        simple = all(
-            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
-        )
+        simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         self._fast = simple and not self._ignore
         self._defaults = tuple(p.default for p in params)
         self._nparams = len(params)

@@ -209,8 +209,9 @@ def _unpackb(data: bytes, depth: int = 0) -> Any:
 
 def _check_size(data: bytes, max_bytes: int, what: str) -> None:
     if len(data) > max_bytes:
-        raise ValueError(f"{what} of {len(data)} bytes is over the serializer's limit "
-                         f"of {max_bytes}")
+        raise ValueError(
+            f"{what} of {len(data)} bytes is over the serializer's limit of {max_bytes}"
+        )
 
 
 class MsgpackSerializer:
@@ -282,8 +283,9 @@ class SignedSerializer:
 
     MAC_BYTES = 32
 
-    def __init__(self, inner: Serializer | str, secret: bytes,
-                 previous: tuple[bytes, ...] = ()) -> None:
+    def __init__(
+        self, inner: Serializer | str, secret: bytes, previous: tuple[bytes, ...] = ()
+    ) -> None:
         for s in (secret, *previous):
             if not isinstance(s, bytes) or not 16 <= len(s) <= 64:
                 raise ValueError("a SignedSerializer secret is 16 to 64 bytes")
@@ -307,11 +309,12 @@ class SignedSerializer:
         return self._mac(self._secret, payload, context) + payload
 
     def loads(self, data: bytes, context: bytes = b"") -> Any:
-        mac, payload = data[: self.MAC_BYTES], data[self.MAC_BYTES:]
-        if not any(hmac.compare_digest(mac, self._mac(s, payload, context))
-                   for s in self._secrets):
-            raise ValueError("entry signature does not match: not written with this secret "
-                             "(or under another key)")
+        mac, payload = data[: self.MAC_BYTES], data[self.MAC_BYTES :]
+        if not any(hmac.compare_digest(mac, self._mac(s, payload, context)) for s in self._secrets):
+            raise ValueError(
+                "entry signature does not match: not written with this secret "
+                "(or under another key)"
+            )
         return self.inner.loads(payload)
 
 
@@ -369,17 +372,24 @@ def _envelope(fields: Any) -> Envelope:
     fmt, created_at, ttl, stale_ttl, version, value = fields
     # Fast path, on every L2 hit: the shape cachekit writes. One isfinite on the sum covers all
     # three numbers (an inf or a NaN in any makes the sum non-finite).
-    if (type(created_at) is float and type(stale_ttl) is float
-            and (ttl is None or type(ttl) is float) and type(fmt) is int and fmt == 1
-            and (version is None or type(version) is str or type(version) is int)
-            and stale_ttl >= 0.0 and (ttl is None or ttl > 0.0)
-            and _isfinite(created_at + stale_ttl + (0.0 if ttl is None else ttl))):
+    if (
+        type(created_at) is float
+        and type(stale_ttl) is float
+        and (ttl is None or type(ttl) is float)
+        and type(fmt) is int
+        and fmt == 1
+        and (version is None or type(version) is str or type(version) is int)
+        and stale_ttl >= 0.0
+        and (ttl is None or ttl > 0.0)
+        and _isfinite(created_at + stale_ttl + (0.0 if ttl is None else ttl))
+    ):
         return Envelope(value, created_at, ttl, stale_ttl, version)
     return _checked_envelope(fmt, created_at, ttl, stale_ttl, version, value)
 
 
-def _checked_envelope(fmt: Any, created_at: Any, ttl: Any, stale_ttl: Any, version: Any,
-                      value: Any) -> Envelope:
+def _checked_envelope(
+    fmt: Any, created_at: Any, ttl: Any, stale_ttl: Any, version: Any, value: Any
+) -> Envelope:
     """The envelope from fields of any types (ints for times, say), or the error naming the
     first field that is wrong."""
     if type(fmt) is not int or fmt != ENVELOPE_FORMAT:

@@ -286,27 +286,31 @@ class PrometheusCollector:
             f"{p}_tier_latency_seconds", "Latency of tier operations", labels=["namespace", "tier"]
         )
         for name, c in list(tel.tiers.items()):
-            buckets = [
-                (("+Inf" if math.isinf(b) else repr(b)), n) for b, n in c.latency.buckets()
-            ]
+            buckets = [(("+Inf" if math.isinf(b) else repr(b)), n) for b, n in c.latency.buckets()]
             lat.add_metric([ns, name], buckets, c.latency.total)
         yield lat
-        totals = CounterMetricFamily(f"{p}_requests", "Cache requests by outcome",
-                                     labels=["namespace", "outcome"])
+        totals = CounterMetricFamily(
+            f"{p}_requests", "Cache requests by outcome", labels=["namespace", "outcome"]
+        )
         totals.add_metric([ns, "hit"], snap.hits)
         totals.add_metric([ns, "stale_hit"], snap.stale_hits)
         totals.add_metric([ns, "miss"], snap.misses)
         yield totals
-        probes = CounterMetricFamily(f"{p}_probes", "Lookups that only asked (f.lookup), "
-                                     "not counted as requests", labels=["namespace"])
+        probes = CounterMetricFamily(
+            f"{p}_probes",
+            "Lookups that only asked (f.lookup), not counted as requests",
+            labels=["namespace"],
+        )
         probes.add_metric([ns], snap.probes)
         yield probes
-        saved = CounterMetricFamily(f"{p}_time_saved_seconds",
-                                    "Estimated compute time saved by hits", labels=["namespace"])
+        saved = CounterMetricFamily(
+            f"{p}_time_saved_seconds", "Estimated compute time saved by hits", labels=["namespace"]
+        )
         saved.add_metric([ns], snap.time_saved_s)
         yield saved
-        state = GaugeMetricFamily(f"{p}_breaker_open", "1 while the Redis circuit is open",
-                                  labels=["namespace"])
+        state = GaugeMetricFamily(
+            f"{p}_breaker_open", "1 while the Redis circuit is open", labels=["namespace"]
+        )
         state.add_metric([ns], 1.0 if snap.breaker_state == "open" else 0.0)
         yield state
 
@@ -327,8 +331,9 @@ def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cache
     series, which Prometheus rejects. Give each cache its own namespace, or its own ``prefix``.
     """
     if registry is None:
-        registry = require("prometheus_client", extra="prometheus",
-                           feature="register_prometheus").REGISTRY
+        registry = require(
+            "prometheus_client", extra="prometheus", feature="register_prometheus"
+        ).REGISTRY
     else:
         require("prometheus_client", extra="prometheus", feature="register_prometheus")
     key = (prefix, cache.namespace)
@@ -353,8 +358,9 @@ def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cache
 def unregister_prometheus(collector: PrometheusCollector, registry: Any = None) -> None:
     """Undo :func:`register_prometheus` (default registry unless given)."""
     if registry is None:
-        registry = require("prometheus_client", extra="prometheus",
-                           feature="unregister_prometheus").REGISTRY
+        registry = require(
+            "prometheus_client", extra="prometheus", feature="unregister_prometheus"
+        ).REGISTRY
     with _REGISTER_LOCK:
         known = _REGISTERED.get(registry, {})
         key = (collector.prefix, collector.cache.namespace)
@@ -384,8 +390,9 @@ class StatsLogger:
         self._thread: threading.Thread | None = None
 
     def log_once(self) -> None:
-        self.logger.log(self.level, "cachekit stats %s",
-                        json.dumps(self.cache.stats().to_dict(), default=str))
+        self.logger.log(
+            self.level, "cachekit stats %s", json.dumps(self.cache.stats().to_dict(), default=str)
+        )
 
     def start(self) -> StatsLogger:
         if self._thread is None:

@@ -38,11 +38,11 @@ def llm() -> Iterator[LLMCache]:
     cache.close()
 
 
-def make(upstream: tuple[FakeUpstream, str], llm: LLMCache, mode: str,
-         key: str | None = None) -> Any:
+def make(
+    upstream: tuple[FakeUpstream, str], llm: LLMCache, mode: str, key: str | None = None
+) -> Any:
     cls = openai.AsyncOpenAI if mode == "async" else openai.OpenAI
-    raw = cls(base_url=upstream[1] + "/v1", api_key=key or f"sk-{uuid.uuid4().hex}",
-              max_retries=0)
+    raw = cls(base_url=upstream[1] + "/v1", api_key=key or f"sk-{uuid.uuid4().hex}", max_retries=0)
     return cached_client(raw, llm)
 
 
@@ -58,8 +58,11 @@ async def chunks_of(stream: Any) -> list[Any]:
 
 def calls(upstream: tuple[FakeUpstream, str], client: Any, path: str) -> int:
     auth = f"Bearer {client.api_key}"
-    return sum(1 for c in upstream[0].calls
-               if c["path"] == path and c["headers"].get("authorization") == auth)
+    return sum(
+        1
+        for c in upstream[0].calls
+        if c["path"] == path and c["headers"].get("authorization") == auth
+    )
 
 
 def msgs(text: str) -> list[dict[str, str]]:
@@ -69,19 +72,27 @@ def msgs(text: str) -> list[dict[str, str]]:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_chat_exact_semantic_and_tenants(upstream: Any, llm: LLMCache, mode: str) -> None:
     client = make(upstream, llm, mode)
-    first = await call(client.chat.completions.create(
-        model=MODEL, messages=msgs("How do I reset my password")))
-    again = await call(client.chat.completions.create(
-        model=MODEL, messages=msgs("How do I reset my password"), user="ignored"))
-    para = await call(client.chat.completions.create(
-        model=MODEL, messages=msgs("how do I reset my password please")))
+    first = await call(
+        client.chat.completions.create(model=MODEL, messages=msgs("How do I reset my password"))
+    )
+    again = await call(
+        client.chat.completions.create(
+            model=MODEL, messages=msgs("How do I reset my password"), user="ignored"
+        )
+    )
+    para = await call(
+        client.chat.completions.create(
+            model=MODEL, messages=msgs("how do I reset my password please")
+        )
+    )
     assert isinstance(again, ChatCompletion) and isinstance(para, ChatCompletion)
     assert again.choices[0].message.content == first.choices[0].message.content
     assert para.choices[0].message.content == first.choices[0].message.content
     assert calls(upstream, client, "/v1/chat/completions") == 1
     other = make(upstream, llm, mode)  # another API key: another tenant
-    theirs = await call(other.chat.completions.create(
-        model=MODEL, messages=msgs("How do I reset my password")))
+    theirs = await call(
+        other.chat.completions.create(model=MODEL, messages=msgs("How do I reset my password"))
+    )
     assert theirs.choices[0].message.content != first.choices[0].message.content
     # Everything else is the wrapped client's.
     models = other.models.list()
@@ -93,12 +104,22 @@ async def test_chat_exact_semantic_and_tenants(upstream: Any, llm: LLMCache, mod
 async def test_chat_streaming(upstream: Any, llm: LLMCache, mode: str) -> None:
     client = make(upstream, llm, mode)
     text = "Explain caching briefly"
-    live = await chunks_of(await call(client.chat.completions.create(
-        model=MODEL, messages=msgs(text), stream=True,
-        stream_options={"include_usage": True})))
+    live = await chunks_of(
+        await call(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=msgs(text),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+    )
     answer = "".join(c.choices[0].delta.content or "" for c in live if c.choices)
-    stream = await call(client.chat.completions.create(
-        model=MODEL, messages=msgs(text), stream=True, stream_options={"include_usage": True}))
+    stream = await call(
+        client.chat.completions.create(
+            model=MODEL, messages=msgs(text), stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert isinstance(stream, openai.AsyncStream if mode == "async" else openai.Stream)
     replay = await chunks_of(stream)
     assert all(isinstance(c, ChatCompletionChunk) for c in replay)
@@ -111,15 +132,21 @@ async def test_chat_streaming(upstream: Any, llm: LLMCache, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-async def test_errors_and_broken_streams_not_cached(upstream: Any, llm: LLMCache,
-                                                    mode: str) -> None:
+async def test_errors_and_broken_streams_not_cached(
+    upstream: Any, llm: LLMCache, mode: str
+) -> None:
     client = make(upstream, llm, mode)
     for _ in range(2):
         with pytest.raises(openai.InternalServerError):
             await call(client.chat.completions.create(model="fake-error", messages=msgs("x")))
         with pytest.raises(openai.APIError):
-            await chunks_of(await call(client.chat.completions.create(
-                model="fake-break", messages=msgs("y"), stream=True)))
+            await chunks_of(
+                await call(
+                    client.chat.completions.create(
+                        model="fake-break", messages=msgs("y"), stream=True
+                    )
+                )
+            )
         cut = await call(client.chat.completions.create(model="fake-length", messages=msgs("z")))
         assert cut.choices[0].finish_reason == "length"
     assert calls(upstream, client, "/v1/chat/completions") == 6
@@ -128,10 +155,8 @@ async def test_errors_and_broken_streams_not_cached(upstream: Any, llm: LLMCache
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_embeddings(upstream: Any, llm: LLMCache, mode: str) -> None:
     client = make(upstream, llm, mode)
-    first = await call(client.embeddings.create(model="text-embedding-3-small",
-                                                input=["a b", "c"]))
-    again = await call(client.embeddings.create(model="text-embedding-3-small",
-                                                input=["a b", "c"]))
+    first = await call(client.embeddings.create(model="text-embedding-3-small", input=["a b", "c"]))
+    again = await call(client.embeddings.create(model="text-embedding-3-small", input=["a b", "c"]))
     assert isinstance(again, CreateEmbeddingResponse)
     assert [d.embedding for d in again.data] == [d.embedding for d in first.data]
     assert calls(upstream, client, "/v1/embeddings") == 1

@@ -93,11 +93,13 @@ def test_callers_arriving_during_a_batch_share_the_next_one(closing: Any, form: 
     n = 8
     results: list[int] = []
     if form == "sync":
-        callers = [threading.Thread(target=lambda i=i: results.append(b.call(i + 2)))
-                   for i in range(n)]
+        callers = [
+            threading.Thread(target=lambda i=i: results.append(b.call(i + 2))) for i in range(n)
+        ]
         for t in callers:
             t.start()
     else:
+
         async def many() -> list[int]:
             futures = [asyncio.wrap_future(b.submit(i + 2)) for i in range(n)]
             wait_until(lambda: b.pending == n + 1)

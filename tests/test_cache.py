@@ -365,6 +365,7 @@ def test_an_unkeyable_argument_is_a_type_error_naming_its_parameter(mode: str) -
     loop.append(loop)
 
     if mode == "sync":
+
         @cache.cached
         def f(x: int, options: object = None) -> int:
             return x
@@ -372,8 +373,10 @@ def test_an_unkeyable_argument_is_a_type_error_naming_its_parameter(mode: str) -
         @cache.cached(key=lambda x: (x, object()))
         def g(x: int) -> int:
             return x
+
         call = lambda fn, *a, **kw: fn(*a, **kw)  # noqa: E731
     else:
+
         @cache.cached
         async def f(x: int, options: object = None) -> int:
             return x
@@ -381,6 +384,7 @@ def test_an_unkeyable_argument_is_a_type_error_naming_its_parameter(mode: str) -
         @cache.cached(key=lambda x: (x, object()))
         async def g(x: int) -> int:
             return x
+
         call = lambda fn, *a, **kw: asyncio.run(fn(*a, **kw))  # noqa: E731
 
     for bad in (object(), loop, 10**5000):

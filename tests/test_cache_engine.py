@@ -105,8 +105,14 @@ class Gate:
         assert self.release.wait(30), "gate never released"
 
 
-def start_then_release(mode: str, f: Any, arg: Any, n: int, cache: Cache, gate: Gate,
-                       ) -> list[Any]:
+def start_then_release(
+    mode: str,
+    f: Any,
+    arg: Any,
+    n: int,
+    cache: Cache,
+    gate: Gate,
+) -> list[Any]:
     """``n`` concurrent calls; the leader is held inside the function until the other
     ``n - 1`` wait on its flight, then released."""
     result: list[Any] = []
@@ -350,7 +356,8 @@ def test_feature_loads_shared_and_failures_not_cached(mode: str) -> None:
     assert calls == [[1, 2]]
     fail[0] = False
     assert run(mode, lambda: users.get_many([1, 2]), lambda: users.aget_many([1, 2])) == {
-        1: 10, 2: 20,
+        1: 10,
+        2: 20,
     }
     assert calls == [[1, 2], [1, 2]]
 
@@ -362,8 +369,11 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     tier = MemoryTier()
     writer = Cache(l2=tier).engine
     key = writer.make_key("kv", "_", "a")
-    assert run(mode, lambda: writer.store_many([(key, "A", 60.0, 0.0, None)]),
-               lambda: writer.astore_many([(key, "A", 60.0, 0.0, None)])) == [True]
+    assert run(
+        mode,
+        lambda: writer.store_many([(key, "A", 60.0, 0.0, None)]),
+        lambda: writer.astore_many([(key, "A", 60.0, 0.0, None)]),
+    ) == [True]
     reader = Cache(l2=tier).engine  # another process: its L1 is empty
     keys = [reader.make_key("kv", "_", name) for name in ("a", "b")]
     found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
@@ -387,8 +397,9 @@ def test_sync_wrapper_is_the_l1_fast_path() -> None:
         """Doubles."""
         return 2 * x
 
-    probe = cache.engine.l1_fast_path("probe", None, lambda a, kw: a, cache.engine.telemetry
-                                      .function(), lambda a, kw: None)
+    probe = cache.engine.l1_fast_path(
+        "probe", None, lambda a, kw: a, cache.engine.telemetry.function(), lambda a, kw: None
+    )
     assert f.__code__ is probe.__code__
     assert f.__name__ == "f" and f.__doc__ == "Doubles." and f(21) == 42 and f(21) == 42
     assert cache.stats().hits == 1

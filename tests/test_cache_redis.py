@@ -15,8 +15,6 @@ from cachekit.testing import wait_until
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
-
 def ns() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
@@ -99,8 +97,9 @@ def test_two_processes_share_entries(redis_server) -> None:
             return [len(text)] * dims
         print(embed("hello"), embed("hello", dims=2))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "[5, 5, 5] [5, 5]"
     cache = Cache(redis_url=redis_server.url, namespace=name)
 
@@ -113,8 +112,13 @@ def test_two_processes_share_entries(redis_server) -> None:
 
 
 def test_redis_killed_mid_run_fails_open_and_recovers(redis_server) -> None:
-    cache = Cache(redis_url=redis_server.url, namespace=ns(), breaker_failures=3,
-                  breaker_reset_s=0.2, l1=False)
+    cache = Cache(
+        redis_url=redis_server.url,
+        namespace=ns(),
+        breaker_failures=3,
+        breaker_reset_s=0.2,
+        l1=False,
+    )
     calls: list[int] = []
 
     @cache.cached(name="f")
@@ -151,6 +155,7 @@ def test_paused_redis_costs_a_timeout_not_a_hang(redis_server) -> None:
     try:
         got: list[int] = []
         done = threading.Event()
+
         def call() -> None:
             got.append(f(1))
             done.set()
@@ -231,8 +236,13 @@ def test_redis_cluster_backed_cache(redis_cluster) -> None:
 
 def test_tls_and_password_urls(redis_password_server, redis_tls_server) -> None:
     for server in (redis_password_server, redis_tls_server):
-        cache = Cache(redis_url=server.url, namespace=ns(), l1=False,
-                      redis_options=server.client_kwargs, redis_timeout=0.5)
+        cache = Cache(
+            redis_url=server.url,
+            namespace=ns(),
+            l1=False,
+            redis_options=server.client_kwargs,
+            redis_timeout=0.5,
+        )
         assert cache.set("k", [1, 2])
         assert cache.get("k") == [1, 2]
         assert cache.stats().tiers["l2"].errors == 0

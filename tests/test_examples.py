@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_tour_is_examples_tour() -> None:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## A quick tour"):]
+    section = readme[readme.index("## A quick tour") :]
     block = re.search(r"```python\n(.*?)```", section, re.S)
     assert block is not None
     assert block.group(1) == (ROOT / "examples" / "tour.py").read_text()

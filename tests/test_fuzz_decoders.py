@@ -33,8 +33,11 @@ from cachekit.serialization import (
 from cachekit.storage.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 SIGNED = SignedSerializer("msgpack", b"f" * 32)
 SERIALIZERS: dict[str, Serializer] = {
@@ -97,8 +100,11 @@ scalars = st.one_of(st.none(), numbers, st.text(max_size=20), st.binary(max_size
 
 def ext_of(children: st.SearchStrategy[Any]) -> st.SearchStrategy[msgpack.ExtType]:
     packed = children.map(lambda v: msgpack.packb(v, use_bin_type=True))
-    return st.builds(msgpack.ExtType, st.integers(min_value=0, max_value=127),
-                     st.one_of(packed, st.binary(max_size=40)))
+    return st.builds(
+        msgpack.ExtType,
+        st.integers(min_value=0, max_value=127),
+        st.one_of(packed, st.binary(max_size=40)),
+    )
 
 
 msgpack_values = st.recursive(
@@ -108,10 +114,12 @@ msgpack_values = st.recursive(
         st.dictionaries(st.one_of(st.text(max_size=5), ints64), children, max_size=5),
         ext_of(children),
         # well-formed numpy extension payloads with hostile dtype, shape and data
-        st.builds(lambda dtype, shape, raw: msgpack.ExtType(4, msgpack.packb([dtype, shape, raw])),
-                  st.sampled_from(["<f4", "|O8", "<i8", "V8", "<U3", "x", "<M8[s]"]),
-                  st.lists(st.integers(min_value=-2, max_value=4), max_size=3),
-                  st.binary(max_size=32)),
+        st.builds(
+            lambda dtype, shape, raw: msgpack.ExtType(4, msgpack.packb([dtype, shape, raw])),
+            st.sampled_from(["<f4", "|O8", "<i8", "V8", "<U3", "x", "<M8[s]"]),
+            st.lists(st.integers(min_value=-2, max_value=4), max_size=3),
+            st.binary(max_size=32),
+        ),
     ),
     max_leaves=25,
 )
@@ -143,8 +151,9 @@ def test_envelope_shaped_msgpack_decodes_or_refuses(fields: tuple[Any, ...]) -> 
 
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20)),
-    lambda children: st.one_of(st.lists(children, max_size=5),
-                               st.dictionaries(st.text(max_size=5), children, max_size=5)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=5), st.dictionaries(st.text(max_size=5), children, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -156,8 +165,11 @@ def test_structured_json_decodes_or_refuses(fields: Any) -> None:
 
 
 @FUZZ
-@given(data=st.one_of(st.binary(max_size=30), st.text(max_size=30), st.integers(),
-                      st.none(), st.floats()))
+@given(
+    data=st.one_of(
+        st.binary(max_size=30), st.text(max_size=30), st.integers(), st.none(), st.floats()
+    )
+)
 def test_parse_version_never_raises(data: Any) -> None:
     v = parse_version(data)
     assert v is None or (type(v) is int and 0 <= v < 2**63)
@@ -166,11 +178,20 @@ def test_parse_version_never_raises(data: Any) -> None:
 # ---------------------------------------------------------------- keys
 
 key_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10),
-              st.binary(max_size=10)),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.tuples(children, children),
-                               st.dictionaries(st.text(max_size=4), children, max_size=4),
-                               st.frozensets(st.integers(), max_size=4)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=10),
+        st.binary(max_size=10),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.tuples(children, children),
+        st.dictionaries(st.text(max_size=4), children, max_size=4),
+        st.frozensets(st.integers(), max_size=4),
+    ),
     max_leaves=20,
 )
 
@@ -232,7 +253,8 @@ DEEP = textwrap.dedent("""
 
 
 def test_deep_nesting_never_crashes_the_process() -> None:
-    out = subprocess.run([sys.executable, "-c", DEEP], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", DEEP], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-2000:])
     assert out.stdout.count("survived") == 7, out.stdout

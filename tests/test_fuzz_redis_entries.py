@@ -54,16 +54,20 @@ class Harness:
         self.mode = mode
         self.calls = 0
         if mode == "sync":
+
             @self.cache.cached(name="f", ttl=60)
             def f(x: int) -> str:
                 self.calls += 1
                 return f"computed:{x}"
+
             self.f: Any = f
         else:
+
             @self.cache.cached(name="f", ttl=60)
             async def af(x: int) -> str:
                 self.calls += 1
                 return f"computed:{x}"
+
             self.f = af
 
     def call(self, x: int) -> Any:
@@ -95,11 +99,20 @@ def test_hostile_entry_is_a_counted_miss(harness: Harness, data: bytes) -> None:
     assert harness.cache.stats().extra["serialization_errors"] > before or data == b""
 
 
-FUZZ = settings(max_examples=40, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-field = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-                  st.floats(), st.text(max_size=4), st.binary(max_size=4),
-                  st.lists(st.integers(0, 3), max_size=2))
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+field = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.lists(st.integers(0, 3), max_size=2),
+)
 
 
 @FUZZ
@@ -138,8 +151,9 @@ def test_segfaulting_entry_in_redis_is_a_miss_in_a_reader_process(
         print(f(1), cache.stats().extra["serialization_errors"])
         cache.close()
         """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert out.stdout.split() == ["computed", "1"]
 
@@ -155,15 +169,19 @@ def test_mutating_a_returned_value_does_not_change_the_cache(mode: str) -> None:
     cache = Cache()
 
     if mode == "sync":
+
         @cache.cached
         def f(x: int) -> list[int]:
             return [x]
+
         got: Callable[[], Any] = lambda: f(1)  # noqa: E731
         looked: Callable[[], Any] = lambda: f.lookup(1).value  # noqa: E731
     else:
+
         @cache.cached
         async def af(x: int) -> list[int]:
             return [x]
+
         got = lambda: asyncio.run(af(1))  # noqa: E731
         looked = lambda: asyncio.run(af.lookup(1)).value  # noqa: E731
 
@@ -209,19 +227,26 @@ def test_signed_entries_are_copied_on_read_too() -> None:
 def test_a_signed_entry_moved_to_another_key_is_refused(
     redis_server: RedisServer, mode: str
 ) -> None:
-    cache = Cache(redis_url=redis_server.url, namespace=f"s{mode}",
-                  serializer=SignedSerializer("msgpack", b"k" * 32))
+    cache = Cache(
+        redis_url=redis_server.url,
+        namespace=f"s{mode}",
+        serializer=SignedSerializer("msgpack", b"k" * 32),
+    )
     raw = redis.Redis.from_url(redis_server.url)
     try:
         if mode == "sync":
+
             @cache.cached(ttl=60)
             def f(x: int) -> str:
                 return f"computed:{x}"
+
             call: Callable[[int], Any] = f
         else:
+
             @cache.cached(ttl=60)
             async def af(x: int) -> str:
                 return f"computed:{x}"
+
             call = lambda x: asyncio.run(af(x))  # noqa: E731
             f = af
         assert call(1) == "computed:1"

@@ -54,15 +54,21 @@ def test_features_see_what_embeddings_blur() -> None:
     assert feature("entity_only_one", 0.9, "Is Paris nice in May?", "Is Rome nice in May?") > 0
     assert feature("entity_only_one", 0.9, "Is Paris nice in May?", "Is Paris nice in may?") == 0
     assert feature("qword_mismatch", 0.9, "Why is the sky blue?", "How is the sky blue?") == 1.0
-    assert feature("qkind_mismatch", 0.9, "How many cats are there?",
-                   "How much do cats cost?") == 1.0
+    assert (
+        feature("qkind_mismatch", 0.9, "How many cats are there?", "How much do cats cost?") == 1.0
+    )
     assert feature("identical_content", 0.9, "What is love?", "what is LOVE") == 1.0
     assert feature("content_jaccard", 0.5, "apples and pears", "cars and trucks") == 0.0
 
 
 def test_features_are_symmetric_and_bounded() -> None:
-    texts = ["How do I learn Python in 2024?", "What's the fastest way to learn Python?",
-             "Why don't Indians follow traffic rules?", "", "!!!"]
+    texts = [
+        "How do I learn Python in 2024?",
+        "What's the fastest way to learn Python?",
+        "Why don't Indians follow traffic rules?",
+        "",
+        "!!!",
+    ]
     for a in texts:
         for b in texts:
             fa, fb = pair_features(0.8, a, b), pair_features(0.8, b, a)
@@ -113,8 +119,9 @@ def tiny_model(threshold: float = 0.5) -> VerifierModel:
 def test_verified_policy_prefers_the_verified_candidate() -> None:
     policy = VerifiedPolicy(tiny_model(), prefilter=0.7)
     q = "How do I reset my password?"
-    offered = cands(0.93, 0.92, texts=["How do I not reset my password?",
-                                       "How can I reset my password?"])
+    offered = cands(
+        0.93, 0.92, texts=["How do I not reset my password?", "How can I reset my password?"]
+    )
     assert policy.decide(q, offered) == Decision(serve=1)  # the nearer one negates the query
     assert policy.decide(q, offered[:1]) == Decision()
     assert policy.decide(q, cands(0.6, texts=["How can I reset my password?"])) == Decision()
@@ -155,11 +162,17 @@ def synthetic_pairs(path: Path, n: int = 240) -> Path:
             a, b = rng.sample(words, 2)
             q = f"how do I fix the {a} {b} number {i}"
             if i % 2:
-                row = {"query": q, "cached": f"how can I fix the {a} {b} number {i}",
-                       "duplicate": True}
+                row = {
+                    "query": q,
+                    "cached": f"how can I fix the {a} {b} number {i}",
+                    "duplicate": True,
+                }
             else:
-                row = {"query": q, "cached": f"how do I not fix the {a} {b} number {i + 1}",
-                       "duplicate": False}
+                row = {
+                    "query": q,
+                    "cached": f"how do I not fix the {a} {b} number {i + 1}",
+                    "duplicate": False,
+                }
             fh.write(json.dumps(row) + "\n")
     return path
 
@@ -167,8 +180,9 @@ def synthetic_pairs(path: Path, n: int = 240) -> Path:
 def test_train_verifier_learns_from_a_pairs_file(tmp_path: Path) -> None:
     pairs = synthetic_pairs(tmp_path / "pairs.jsonl")
     lines: list[str] = []
-    model = train_verifier(pairs, tmp_path / "out", embedder=DeterministicTestEmbedder(),
-                           log=lines.append)
+    model = train_verifier(
+        pairs, tmp_path / "out", embedder=DeterministicTestEmbedder(), log=lines.append
+    )
     assert (tmp_path / "out" / "verifier.json").exists()
     assert model.info["train_pairs"] > 100 and model.info["test_pairs_unread"] > 0
     assert any("operating point" in line for line in lines)
@@ -191,8 +205,7 @@ def test_bad_pairs_file_names_the_line(tmp_path: Path) -> None:
 def test_train_verifier_command_reports_errors(tmp_path: Path, capsys: Any) -> None:
     from cachekit.cli import main
 
-    assert main(["train-verifier", str(tmp_path / "missing.jsonl"), "--out",
-                 str(tmp_path)]) == 2
+    assert main(["train-verifier", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path)]) == 2
     assert "train-verifier" in capsys.readouterr().err
 
 
@@ -279,8 +292,9 @@ def make(cache: Cache, closing: Callable[[Any], Any], policy: Any, fn: Any = Non
         calls.append(prompt)
         return fn(prompt) if fn else "same answer"
 
-    wrapped = closing(cache.semantic(answer, policy=policy, embedder=DeterministicTestEmbedder(),
-                                     ttl=3600))
+    wrapped = closing(
+        cache.semantic(answer, policy=policy, embedder=DeterministicTestEmbedder(), ttl=3600)
+    )
     wrapped.calls = calls
     return wrapped
 
@@ -386,8 +400,7 @@ def test_error_bounded_policy_through_the_cache(closing: Any) -> None:
         answer(f"how do I reset my password variant {i}")
         answer(f"what is the capital of france variant {i}")
     assert policy.a > 0 and answer.tier.arbiter.verdicts > 30
-    results = [answer.lookup(f"please how do I reset my password variant {i}")
-               for i in range(20)]
+    results = [answer.lookup(f"please how do I reset my password variant {i}") for i in range(20)]
     served = [r.value for r in results if r.status is Status.SEMANTIC_HIT]
     assert served and set(served) == {"A"}
 
@@ -408,8 +421,10 @@ def test_error_bounded_policy_learns_from_put(closing: Any) -> None:
     policy = ErrorBoundedPolicy(0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3)
     answer = make(Cache(), closing, policy, fn=lambda p: "unused")
     for i in range(60):
-        for text, value in ((f"how do I reset my password variant {i}", "A"),
-                            (f"what is the capital of france variant {i}", "B")):
+        for text, value in (
+            (f"how do I reset my password variant {i}", "A"),
+            (f"what is the capital of france variant {i}", "B"),
+        ):
             if not answer.lookup(text).hit:
                 answer.put(value, text)
     assert answer.tier.arbiter.verdicts > 30 and policy.a > 0

@@ -364,8 +364,9 @@ def check_contents(index: FaissIndex, expected: dict[int, np.ndarray]) -> None:
 @pytest.mark.parametrize("kind", ["migration", "tombstone-rebuild"])
 def test_writes_during_a_background_rebuild_reach_the_new_index(kind: str) -> None:
     hold = HeldRebuild()
-    index = FaissIndex(DIM, exact_max=50, hnsw_m=16, ef_search=64, background_min=0,
-                       rebuild_hook=hold)
+    index = FaissIndex(
+        DIM, exact_max=50, hnsw_m=16, ef_search=64, background_min=0, rebuild_hook=hold
+    )
     vecs = unit_vectors(400, seed=11)
     expected = {i: vecs[i] for i in range(120)}
     if kind == "migration":
@@ -441,8 +442,9 @@ def test_searches_never_wait_for_a_background_build() -> None:
 
 def test_removals_during_a_rebuild_can_chain_the_next_one() -> None:
     hold = HeldRebuild()
-    index = FaissIndex(DIM, exact_max=20, hnsw_m=16, ef_search=64, background_min=0,
-                       rebuild_hook=hold)
+    index = FaissIndex(
+        DIM, exact_max=20, hnsw_m=16, ef_search=64, background_min=0, rebuild_hook=hold
+    )
     vecs = unit_vectors(100, seed=14)
     index.add(np.arange(100, dtype=np.int64), vecs)  # migration starts
     assert hold.built.wait(10)

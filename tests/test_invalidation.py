@@ -77,7 +77,7 @@ def test_function_invalidation_reaches_the_other_replicas_l1(
 
 
 def test_feature_and_semantic_invalidation_reach_the_other_replica(
-    caches: Callable[..., Cache]
+    caches: Callable[..., Cache],
 ) -> None:
     name = ns()
     a, b = caches(name), caches(name)
@@ -135,8 +135,11 @@ def test_invalidation_from_another_process(redis_server: Any, caches: Any) -> No
         return f"parent:{x}"
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, redis_server.url, name], cwd=ROOT, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, "-c", CHILD, redis_server.url, name],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     try:
@@ -168,7 +171,7 @@ def test_malformed_invalidation_messages_are_ignored(caches: Callable[..., Cache
 
 
 def test_a_lost_version_key_does_not_resurrect_retired_entries(
-    caches: Callable[..., Cache]
+    caches: Callable[..., Cache],
 ) -> None:
     name = ns()
     clock = ManualClock()

@@ -87,7 +87,10 @@ def test_keys_are_stable_across_processes() -> None:
     )
     outs = {
         subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
             env={"PYTHONHASHSEED": seed, "PATH": ""},
         ).stdout.strip()
         for seed in ("1", "2")
@@ -136,8 +139,15 @@ def test_signed_zeros_are_distinct_and_nans_equal() -> None:
     assert stable_digest([nan1, "x"]) == stable_digest([nan2, "x"])
     # The local key (L1) must not merge what the stable key separates, nor split what it merges:
     # floats whose == disagrees with their bits are routed to the stable key.
-    for awkward in ((0.0,), (-0.0,), (nan1,), ((0.0, 1.5),), ((1.5, nan1),), ((nan1, "s"),),
-                    ((1, -0.0),)):
+    for awkward in (
+        (0.0,),
+        (-0.0,),
+        (nan1,),
+        ((0.0, 1.5),),
+        ((1.5, nan1),),
+        ((nan1, "s"),),
+        ((1, -0.0),),
+    ):
         assert local_key(awkward) is None
     assert local_key((1.5,)) == local_key((1.5,))
     assert local_key(((1.5, 2.5),)) is not None
@@ -219,8 +229,13 @@ def test_absurd_arguments_give_a_type_error_naming_the_parameter() -> None:
     deep: list[object] = []
     for _ in range(10_000):
         deep = [deep]
-    for bad, why in ((10**5000, "too large"), (loop, "contains itself"),
-                     (selfish, "contains itself"), (deep, "deeper"), (object(), "key=")):
+    for bad, why in (
+        (10**5000, "too large"),
+        (loop, "contains itself"),
+        (selfish, "contains itself"),
+        (deep, "deeper"),
+        (object(), "key="),
+    ):
         values = norm((1, bad), {})
         with pytest.raises(KeyError_, match=f"parameter 'b'.*{why}"):
             stable_digest(values, names=norm.value_names)
@@ -254,8 +269,29 @@ def test_cached_function_refuses_absurd_arguments_with_a_type_error() -> None:
 
 
 def test_equal_local_keys_mean_equal_stable_keys() -> None:
-    samples = [0, 1, -1, 0.0, -0.0, 1.0, 1.5, float("nan"), float("inf"), True, False, "", "0",
-               b"", None, (0.0,), (-0.0,), (1, 2), (1.0, 2.0), (True, 2), ("a", 0.5)]
+    samples = [
+        0,
+        1,
+        -1,
+        0.0,
+        -0.0,
+        1.0,
+        1.5,
+        float("nan"),
+        float("inf"),
+        True,
+        False,
+        "",
+        "0",
+        b"",
+        None,
+        (0.0,),
+        (-0.0,),
+        (1, 2),
+        (1.0, 2.0),
+        (True, 2),
+        ("a", 0.5),
+    ]
     for a in samples:
         for b in samples:
             ka, kb = local_key((a,)), local_key((b,))
@@ -263,14 +299,20 @@ def test_equal_local_keys_mean_equal_stable_keys() -> None:
                 assert stable_digest((a,)) == stable_digest((b,)), (a, b)
 
 
-@pytest.mark.parametrize(("value", "digest"), [
-    ((1, 2.0, "x", None, True), "d4ea91d46c89d265576a70d05d56c719"),
-    ({"a": [1, {"b": (2,)}]}, "3440b1d9e5fc812cf3a423cb4fb7d889"),
-    ((0.1, 0.2), "ccb73dcb2ea5321224893b6767f36b99"),
-    (frozenset({"a", "b"}), "75341336df2415278ad6fc6d8271c4aa"),
-    ((decimal.Decimal("1.5"), uuid.UUID(int=5), -0.0, math.nan),
-     "52b11a4eab5e3e5405d7128c64b3acf1"),
-], ids=repr)
+@pytest.mark.parametrize(
+    ("value", "digest"),
+    [
+        ((1, 2.0, "x", None, True), "d4ea91d46c89d265576a70d05d56c719"),
+        ({"a": [1, {"b": (2,)}]}, "3440b1d9e5fc812cf3a423cb4fb7d889"),
+        ((0.1, 0.2), "ccb73dcb2ea5321224893b6767f36b99"),
+        (frozenset({"a", "b"}), "75341336df2415278ad6fc6d8271c4aa"),
+        (
+            (decimal.Decimal("1.5"), uuid.UUID(int=5), -0.0, math.nan),
+            "52b11a4eab5e3e5405d7128c64b3acf1",
+        ),
+    ],
+    ids=repr,
+)
 def test_key_format_is_unchanged(value: object, digest: str) -> None:
     # Entries already in Redis stay reachable: any change here must be a deliberate migration.
     assert stable_digest(value) == digest

@@ -142,8 +142,9 @@ def test_imports_never_go_up_a_layer() -> None:
                 continue
             their = layer_of(target)
             if their is not None and their > own:
-                bad.append(f"{name}:{line} ({LAYER_NAMES[own]}) imports {target} "
-                           f"({LAYER_NAMES[their]})")
+                bad.append(
+                    f"{name}:{line} ({LAYER_NAMES[own]}) imports {target} ({LAYER_NAMES[their]})"
+                )
     assert not bad, "\n".join(sorted(set(bad)))
 
 
@@ -162,7 +163,7 @@ def test_no_import_circles() -> None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -182,8 +183,10 @@ def test_no_private_names_imported_from_other_modules() -> None:
         f"{name}:{line} imports {imported} from {target}"
         for name in MODULES
         for line, target, imported in imports(name)
-        if target in MODULES and target != name
-        and imported.startswith("_") and not imported.startswith("__")
+        if target in MODULES
+        and target != name
+        and imported.startswith("_")
+        and not imported.startswith("__")
     ]
     assert not bad, "\n".join(sorted(set(bad)))
 
@@ -197,8 +200,12 @@ def _private_attributes_by_module() -> dict[str, set[str]]:
                 attr = None
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     attr = node.name
-                elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                      and node.value.id == "self" and isinstance(node.ctx, ast.Store)):
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and isinstance(node.ctx, ast.Store)
+                ):
                     attr = node.attr
                 if attr and attr.startswith("_") and not attr.startswith("__"):
                     owned.setdefault(attr, set()).add(name)
@@ -210,20 +217,34 @@ def test_no_private_attributes_of_other_modules() -> None:
     bad = []
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            on_self = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            on_self = (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
                 and node.value.id in ("self", "cls")
-            if (isinstance(node, ast.Attribute) and node.attr in owned
-                    and name not in owned[node.attr] and not on_self):
-                bad.append(f"{name}:{node.lineno} .{node.attr} (defined in "
-                           f"{', '.join(sorted(owned[node.attr]))})")
+            )
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in owned
+                and name not in owned[node.attr]
+                and not on_self
+            ):
+                bad.append(
+                    f"{name}:{node.lineno} .{node.attr} (defined in "
+                    f"{', '.join(sorted(owned[node.attr]))})"
+                )
     assert not bad, "\n".join(sorted(set(bad)))
 
 
 @pytest.mark.parametrize(
     ("module", "layer"),
-    [("cachekit.types", TYPES), ("cachekit.engine", ENGINE),
-     ("cachekit.semantic.tier", ENTRY_POINTS), ("cachekit.semantic.persistence", MECHANISMS),
-     ("cachekit.cache", FRONT), ("cachekit.storage.redis", MECHANISMS)],
+    [
+        ("cachekit.types", TYPES),
+        ("cachekit.engine", ENGINE),
+        ("cachekit.semantic.tier", ENTRY_POINTS),
+        ("cachekit.semantic.persistence", MECHANISMS),
+        ("cachekit.cache", FRONT),
+        ("cachekit.storage.redis", MECHANISMS),
+    ],
 )
 def test_layer_table(module: str, layer: int) -> None:
     assert module in MODULES

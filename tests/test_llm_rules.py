@@ -42,9 +42,14 @@ def chat(*messages: Any, **params: Any) -> dict[str, Any]:
 
 def completion(content: str = "Hello there, how can I help?", **extra: Any) -> dict[str, Any]:
     msg = {"role": "assistant", "content": content, **extra}
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
-            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17},
+    }
 
 
 # ---------------------------------------------------------------------- endpoints, validation
@@ -57,22 +62,25 @@ def test_endpoints() -> None:
     assert endpoint_of("/v1/models") is None
 
 
-@pytest.mark.parametrize(("endpoint", "body", "param"), [
-    (CHAT, {"messages": [{"role": "user", "content": "hi"}]}, "model"),
-    (CHAT, {"model": "m"}, "messages"),
-    (CHAT, {"model": "m", "messages": []}, "messages"),
-    (CHAT, {"model": "m", "messages": ["hi"]}, "messages[0]"),
-    (CHAT, {"model": "m", "messages": [{"content": "hi"}]}, "messages[0]"),
-    (CHAT, chat("hi", temperature="hot"), "temperature"),
-    (CHAT, chat("hi", n=0), "n"),
-    (CHAT, chat("hi", stream="yes"), "stream"),
-    (CHAT, chat("hi", max_tokens=1.5), "max_tokens"),
-    (CHAT, chat("hi", stop=[1]), "stop"),
-    (CHAT, chat("hi", tools={"a": 1}), "tools"),
-    (COMPLETIONS, {"model": "m"}, "prompt"),
-    (EMBEDDINGS, {"model": "m", "input": 3}, "input"),
-    (EMBEDDINGS, {"model": 5, "input": "x"}, "model"),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param"),
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        (CHAT, {"model": "m"}, "messages"),
+        (CHAT, {"model": "m", "messages": []}, "messages"),
+        (CHAT, {"model": "m", "messages": ["hi"]}, "messages[0]"),
+        (CHAT, {"model": "m", "messages": [{"content": "hi"}]}, "messages[0]"),
+        (CHAT, chat("hi", temperature="hot"), "temperature"),
+        (CHAT, chat("hi", n=0), "n"),
+        (CHAT, chat("hi", stream="yes"), "stream"),
+        (CHAT, chat("hi", max_tokens=1.5), "max_tokens"),
+        (CHAT, chat("hi", stop=[1]), "stop"),
+        (CHAT, chat("hi", tools={"a": 1}), "tools"),
+        (COMPLETIONS, {"model": "m"}, "prompt"),
+        (EMBEDDINGS, {"model": "m", "input": 3}, "input"),
+        (EMBEDDINGS, {"model": 5, "input": "x"}, "model"),
+    ],
+)
 def test_bad_requests_name_the_param(endpoint: str, body: dict[str, Any], param: str) -> None:
     with pytest.raises(RequestError) as info:
         prepare(endpoint, body, "t")
@@ -97,21 +105,40 @@ def test_nan_is_refused() -> None:
 
 def test_exact_key_ignores_fields_that_do_not_change_the_answer() -> None:
     base = exact_key(CHAT, chat("hi"), "t")
-    same = chat("hi", user="u1", stream=True, stream_options={"include_usage": True},
-                metadata={"a": "b"}, store=True, service_tier="auto", seed=None)
+    same = chat(
+        "hi",
+        user="u1",
+        stream=True,
+        stream_options={"include_usage": True},
+        metadata={"a": "b"},
+        store=True,
+        service_tier="auto",
+        seed=None,
+    )
     assert exact_key(CHAT, same, "t") == base
     assert exact_key(CHAT, chat("hi", temperature=1), "t") == exact_key(
-        CHAT, chat("hi", temperature=1.0), "t")
+        CHAT, chat("hi", temperature=1.0), "t"
+    )
     # Key order in the body does not matter.
     assert exact_key(CHAT, dict(reversed(list(chat("hi").items()))), "t") == base
 
 
-@pytest.mark.parametrize("change", [
-    {"temperature": 0.2}, {"top_p": 0.5}, {"seed": 1}, {"max_tokens": 5}, {"n": 2},
-    {"stop": ["x"]}, {"response_format": {"type": "json_object"}}, {"logit_bias": {"1": 2}},
-    {"tools": [{"type": "function", "function": {"name": "f"}}]}, {"tool_choice": "auto"},
-    {"model": "gpt-4o"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.2},
+        {"top_p": 0.5},
+        {"seed": 1},
+        {"max_tokens": 5},
+        {"n": 2},
+        {"stop": ["x"]},
+        {"response_format": {"type": "json_object"}},
+        {"logit_bias": {"1": 2}},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"tool_choice": "auto"},
+        {"model": "gpt-4o"},
+    ],
+)
 def test_exact_key_and_scope_change_with_answer_fields(change: dict[str, Any]) -> None:
     assert exact_key(CHAT, chat("hi", **change), "t") != exact_key(CHAT, chat("hi"), "t")
     assert scope_key(CHAT, chat("hi", **change), "t") != scope_key(CHAT, chat("hi"), "t")
@@ -119,10 +146,17 @@ def test_exact_key_and_scope_change_with_answer_fields(change: dict[str, Any]) -
 
 def test_tenant_endpoint_namespace_are_in_key_and_scope() -> None:
     body = chat("hi")
-    keys = {exact_key(CHAT, body, "a"), exact_key(CHAT, body, "b"),
-            exact_key(CHAT, body, "a", "ns"), exact_key(COMPLETIONS, body, "a")}
-    scopes = {scope_key(CHAT, body, "a"), scope_key(CHAT, body, "b"),
-              scope_key(CHAT, body, "a", "ns")}
+    keys = {
+        exact_key(CHAT, body, "a"),
+        exact_key(CHAT, body, "b"),
+        exact_key(CHAT, body, "a", "ns"),
+        exact_key(COMPLETIONS, body, "a"),
+    }
+    scopes = {
+        scope_key(CHAT, body, "a"),
+        scope_key(CHAT, body, "b"),
+        scope_key(CHAT, body, "a", "ns"),
+    }
     assert len(keys) == 4 and len(scopes) == 3
 
 
@@ -203,11 +237,16 @@ def _sse_bytes(obj: dict[str, Any], include_usage: bool) -> bytes:
 
 @pytest.mark.parametrize("split", [1, 7, 4096])
 def test_stream_round_trip_chat(split: int) -> None:
-    tool = {"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "C"}'}}
-    original = completion("It is sunny in Paris today, 21 degrees.",
-                          reasoning_content="The user asks about weather in Paris.",
-                          tool_calls=[tool])
+    tool = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "C"}'},
+    }
+    original = completion(
+        "It is sunny in Paris today, 21 degrees.",
+        reasoning_content="The user asks about weather in Paris.",
+        tool_calls=[tool],
+    )
     original["system_fingerprint"] = "fp_1"
     raw = _sse_bytes(original, include_usage=True)
     chunks = [json.loads(e[6:]) for e in raw.split(b"\n\n") if e and e != b"data: [DONE]"]
@@ -216,15 +255,21 @@ def test_stream_round_trip_chat(split: int) -> None:
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == original["usage"]
     asm = StreamAssembler()
     for i in range(0, len(raw), split):
-        asm.feed(raw[i:i + split])
+        asm.feed(raw[i : i + split])
     assert asm.complete
     assert asm.result() == original
 
 
 def test_stream_without_usage_and_text_completions() -> None:
-    text_completion = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
-                       "choices": [{"index": 0, "text": "one two three four",
-                                    "logprobs": None, "finish_reason": "stop"}]}
+    text_completion = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "text": "one two three four", "logprobs": None, "finish_reason": "stop"}
+        ],
+    }
     chunks = completion_chunks(text_completion, include_usage=False, pieces=3)
     assert len(chunks) >= 3 and all("usage" not in c for c in chunks)
     asm = StreamAssembler()
@@ -269,8 +314,11 @@ def test_prices(tmp_path: Any) -> None:
 @pytest.fixture
 def llm() -> Any:
     clock = ManualClock()
-    cache = build_cache(LLMCacheConfig(ttl=100.0, threshold=0.8), clock=clock,
-                        embedder=DeterministicTestEmbedder(dim=128))
+    cache = build_cache(
+        LLMCacheConfig(ttl=100.0, threshold=0.8),
+        clock=clock,
+        embedder=DeterministicTestEmbedder(dim=128),
+    )
     yield cache
     cache.close()
 
@@ -344,9 +392,11 @@ def test_llm_cache_redis_down_is_a_miss() -> None:
 
 def test_config_from_toml(tmp_path: Any) -> None:
     f = tmp_path / "ck.toml"
-    f.write_text('namespace = "prod"\nttl = 60\nthreshold = 0.9\n'
-                 '[shared_scope]\nteam = ["sk-a", "sk-b"]\n'
-                 '[prices."m"]\ninput = 1.0\n[proxy]\nupstream = "http://x"\n')
+    f.write_text(
+        'namespace = "prod"\nttl = 60\nthreshold = 0.9\n'
+        '[shared_scope]\nteam = ["sk-a", "sk-b"]\n'
+        '[prices."m"]\ninput = 1.0\n[proxy]\nupstream = "http://x"\n'
+    )
     config = LLMCacheConfig.from_toml(f)
     assert (config.namespace, config.ttl, config.threshold) == ("prod", 60, 0.9)
     assert config.tenants().resolve("Bearer sk-b") == "group:team"

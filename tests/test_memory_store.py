@@ -72,14 +72,26 @@ def test_set_many_is_set_of_each() -> None:
     many: MemoryStore[int] = MemoryStore(max_entries=3, max_bytes=10_000, clock=lambda: clock[0])
     one.set("gone", 0, None)
     many.set("gone", 0, None)
-    items = [("a", 1, 5.0, 10), ("gone", 9, 0.0, 1), ("huge", 2, None, 20_000),
-             ("b", 3, None, 1), ("c", 4, 1.0, 1), ("d", 5, 10.0, 1)]
+    items = [
+        ("a", 1, 5.0, 10),
+        ("gone", 9, 0.0, 1),
+        ("huge", 2, None, 20_000),
+        ("b", 3, None, 1),
+        ("c", 4, 1.0, 1),
+        ("d", 5, 10.0, 1),
+    ]
     for key, value, ttl, size in items:
         one.set(key, value, ttl, size)
     many.set_many(items)
     clock[0] += 2.0
     for store in (one, many):
-        assert [store.get(k) for k in ("a", "gone", "huge", "b", "c", "d")] == \
-            [None, None, None, 3, None, 5]  # a evicted (3 entries), c expired
+        assert [store.get(k) for k in ("a", "gone", "huge", "b", "c", "d")] == [
+            None,
+            None,
+            None,
+            3,
+            None,
+            5,
+        ]  # a evicted (3 entries), c expired
         assert len(store) == 3
     assert one.currsize == many.currsize

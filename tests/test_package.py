@@ -36,6 +36,10 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script_runs() -> None:
-    out = subprocess.run([sys.executable, "-m", "cachekit.cli", "--version"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "cachekit.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert cachekit.__version__ in out.stdout

@@ -36,8 +36,14 @@ PARAPHRASE = ("How do I reset my password", "how do I reset my password please")
 class ProxyProcess:
     """``python -m cachekit serve`` (or the ``cachekit`` script) on a free port."""
 
-    def __init__(self, upstream: str, *args: str, script: bool = False,
-                 embedder: str | None = TEST_EMBEDDER, threshold: str | None = "0.8") -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *args: str,
+        script: bool = False,
+        embedder: str | None = TEST_EMBEDDER,
+        threshold: str | None = "0.8",
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         exe = Path(sys.executable).parent / "cachekit"
@@ -51,8 +57,12 @@ class ProxyProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> ProxyProcess:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "CACHEKIT_TENANT_SECRET": "test-secret"}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "CACHEKIT_TENANT_SECRET": "test-secret",
+        }
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
         def up() -> bool:
@@ -89,8 +99,11 @@ class ProxyProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         want = tuple(sorted(labels.items()))
-        return sum(v for (n, ls), v in self.metrics().items()
-                   if n == name and all(item in ls for item in want))
+        return sum(
+            v
+            for (n, ls), v in self.metrics().items()
+            if n == name and all(item in ls for item in want)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +119,15 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url, "--upstream-timeout", "1.5",  # type: ignore[attr-defined]
-                     "--max-body-bytes", "65536",
-                     "--shared-scope", "team=sk-team-one,sk-team-two").start()
+    p = ProxyProcess(
+        upstream.url,  # type: ignore[attr-defined]
+        "--upstream-timeout",
+        "1.5",
+        "--max-body-bytes",
+        "65536",
+        "--shared-scope",
+        "team=sk-team-one,sk-team-two",
+    ).start()
     try:
         yield p
     finally:
@@ -132,34 +151,45 @@ def client(proxy: ProxyProcess, key: str) -> Iterator[openai.OpenAI]:
 
 
 def upstream_calls(upstream: FakeUpstream, key: str, path: str = CHAT) -> int:
-    return sum(1 for c in upstream.calls
-               if c["path"] == path and c["headers"].get("authorization") == f"Bearer {key}")
+    return sum(
+        1
+        for c in upstream.calls
+        if c["path"] == path and c["headers"].get("authorization") == f"Bearer {key}"
+    )
 
 
 def msgs(text: str) -> list[Any]:
     return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
 
 
-def chat(client: openai.OpenAI, text: str, headers: dict[str, str] | None = None,
-         **kw: Any) -> tuple[Any, Any]:
+def chat(
+    client: openai.OpenAI, text: str, headers: dict[str, str] | None = None, **kw: Any
+) -> tuple[Any, Any]:
     raw = client.chat.completions.with_raw_response.create(
-        model=kw.pop("model", MODEL), messages=kw.pop("messages", None) or msgs(text),
-        extra_headers=headers, **kw)
+        model=kw.pop("model", MODEL),
+        messages=kw.pop("messages", None) or msgs(text),
+        extra_headers=headers,
+        **kw,
+    )
     return raw.parse(), raw.headers
 
 
-def stream_chat(client: openai.OpenAI, text: str, **kw: Any
-                ) -> tuple[list[Any], Any]:
+def stream_chat(client: openai.OpenAI, text: str, **kw: Any) -> tuple[list[Any], Any]:
     raw = client.chat.completions.with_raw_response.create(
-        model=kw.pop("model", MODEL), messages=msgs(text), stream=True, **kw)
+        model=kw.pop("model", MODEL), messages=msgs(text), stream=True, **kw
+    )
     return list(raw.parse()), raw.headers
 
 
 def cached(proxy: ProxyProcess, key: str, text: str, **body: Any) -> httpx.Response:
     """Look up without going upstream (``Cache-Control: only-if-cached``)."""
     payload = {"model": MODEL, "messages": msgs(text), **body}
-    return httpx.post(proxy.url + CHAT, json=payload, timeout=10.0, headers={
-        "authorization": f"Bearer {key}", "cache-control": "only-if-cached"})
+    return httpx.post(
+        proxy.url + CHAT,
+        json=payload,
+        timeout=10.0,
+        headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
+    )
 
 
 def wait_cached(proxy: ProxyProcess, key: str, text: str, **body: Any) -> httpx.Response:
@@ -180,8 +210,9 @@ def content_of(chunks: list[Any]) -> str:
 # ---------------------------------------------------------------------- chat
 
 
-def test_chat_miss_then_exact_and_semantic_hits(proxy: ProxyProcess, upstream: FakeUpstream,
-                                                 client: openai.OpenAI, key: str) -> None:
+def test_chat_miss_then_exact_and_semantic_hits(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     first, h1 = chat(client, PARAPHRASE[0])
     assert isinstance(first, openai.types.chat.ChatCompletion)
     assert h1["x-cachekit-cache"] == "MISS" and "x-cachekit-similarity" not in h1
@@ -197,12 +228,16 @@ def test_chat_miss_then_exact_and_semantic_hits(proxy: ProxyProcess, upstream: F
     assert h4["x-cachekit-cache"] == "MISS"
     assert upstream_calls(upstream, key) == 2
     # The caller's key reaches the upstream unchanged.
-    assert all(c["headers"]["authorization"] == f"Bearer {key}" for c in upstream.calls
-               if key in c["headers"].get("authorization", ""))
+    assert all(
+        c["headers"]["authorization"] == f"Bearer {key}"
+        for c in upstream.calls
+        if key in c["headers"].get("authorization", "")
+    )
 
 
 def test_stream_miss_is_relayed_then_replayed_in_chunks(
-        proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     text = "Explain what a cache is in a few words"
     chunks, h1 = stream_chat(client, text, stream_options={"include_usage": True})
     assert h1["x-cachekit-cache"] == "MISS"
@@ -226,11 +261,13 @@ def test_stream_miss_is_relayed_then_replayed_in_chunks(
 
 
 def test_stream_miss_is_relayed_before_the_upstream_finishes(
-        proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     upstream.gate.clear()
     try:
-        stream: Any = client.chat.completions.create(model="fake-gated", messages=msgs("go"),
-                                                stream=True)
+        stream: Any = client.chat.completions.create(
+            model="fake-gated", messages=msgs("go"), stream=True
+        )
         # The upstream holds the rest of its answer until the gate opens: these chunks can only
         # arrive if the proxy relays them as they come.
         first, second = next(stream), next(stream)
@@ -242,8 +279,9 @@ def test_stream_miss_is_relayed_before_the_upstream_finishes(
     assert rest[-1].choices[0].finish_reason == "stop"
 
 
-def test_stream_hit_from_a_non_streamed_entry(proxy: ProxyProcess, upstream: FakeUpstream,
-                                               client: openai.OpenAI, key: str) -> None:
+def test_stream_hit_from_a_non_streamed_entry(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     text = "Name three primary colours"
     whole, _ = chat(client, text)
     wait_cached(proxy, key, text)
@@ -254,10 +292,15 @@ def test_stream_hit_from_a_non_streamed_entry(proxy: ProxyProcess, upstream: Fak
     assert upstream_calls(upstream, key) == 1
 
 
-def test_tool_calls_cached_and_streamed(proxy: ProxyProcess, upstream: FakeUpstream,
-                                        client: openai.OpenAI, key: str) -> None:
-    tools = [{"type": "function", "function": {
-        "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+def test_tool_calls_cached_and_streamed(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
     text = "What is the weather in Paris?"
     first, _ = chat(client, text, tools=tools)
     call = first.choices[0].message.tool_calls[0]
@@ -274,8 +317,9 @@ def test_tool_calls_cached_and_streamed(proxy: ProxyProcess, upstream: FakeUpstr
     assert h2["x-cachekit-cache"] == "MISS"
 
 
-def test_n_greater_than_one_is_exact_only(proxy: ProxyProcess, upstream: FakeUpstream,
-                                          client: openai.OpenAI, key: str) -> None:
+def test_n_greater_than_one_is_exact_only(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     first, _ = chat(client, PARAPHRASE[0], n=2)
     assert len(first.choices) == 2
     wait_cached(proxy, key, PARAPHRASE[0], n=2)
@@ -288,16 +332,19 @@ def test_n_greater_than_one_is_exact_only(proxy: ProxyProcess, upstream: FakeUps
     assert h3["x-cachekit-cache"] == "MISS"
 
 
-def test_completions_and_embeddings(proxy: ProxyProcess, upstream: FakeUpstream,
-                                    client: openai.OpenAI, key: str) -> None:
-    e1 = client.embeddings.with_raw_response.create(model="text-embedding-3-small",
-                                                    input=["alpha beta", "gamma"])
+def test_completions_and_embeddings(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
+    e1 = client.embeddings.with_raw_response.create(
+        model="text-embedding-3-small", input=["alpha beta", "gamma"]
+    )
     assert e1.headers["x-cachekit-cache"] == "MISS"
     first = e1.parse()
 
     def second() -> Any:
-        return client.embeddings.with_raw_response.create(model="text-embedding-3-small",
-                                                          input=["alpha beta", "gamma"])
+        return client.embeddings.with_raw_response.create(
+            model="text-embedding-3-small", input=["alpha beta", "gamma"]
+        )
 
     wait_until(lambda: second().headers["x-cachekit-cache"] == "HIT", timeout=10.0)
     got = second().parse()
@@ -305,8 +352,15 @@ def test_completions_and_embeddings(proxy: ProxyProcess, upstream: FakeUpstream,
     assert [d.embedding for d in got.data] == [d.embedding for d in first.data]
     c1 = client.completions.with_raw_response.create(model=MODEL, prompt="Say hi")
     assert c1.headers["x-cachekit-cache"] == "MISS"
-    wait_until(lambda: client.completions.with_raw_response.create(
-        model=MODEL, prompt="Say hi").headers["x-cachekit-cache"] == "HIT", timeout=10.0)
+    wait_until(
+        lambda: (
+            client.completions.with_raw_response.create(model=MODEL, prompt="Say hi").headers[
+                "x-cachekit-cache"
+            ]
+            == "HIT"
+        ),
+        timeout=10.0,
+    )
     assert upstream_calls(upstream, key, "/v1/embeddings") == 1
     assert upstream_calls(upstream, key, "/v1/completions") == 1
 
@@ -314,12 +368,20 @@ def test_completions_and_embeddings(proxy: ProxyProcess, upstream: FakeUpstream,
 # ---------------------------------------------------------------------- passthrough
 
 
-def test_other_paths_pass_through(proxy: ProxyProcess, upstream: FakeUpstream,
-                                  client: openai.OpenAI, key: str) -> None:
+def test_other_paths_pass_through(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     assert [m.id for m in client.models.list()] == ["fake-model"]
-    r = httpx.put(proxy.url + "/v1/echo/files/1?purpose=test&x=1", content=b"raw \x00 bytes",
-                  headers={"authorization": f"Bearer {key}", "x-custom": "yes",
-                           "content-type": "application/octet-stream"}, timeout=10.0)
+    r = httpx.put(
+        proxy.url + "/v1/echo/files/1?purpose=test&x=1",
+        content=b"raw \x00 bytes",
+        headers={
+            "authorization": f"Bearer {key}",
+            "x-custom": "yes",
+            "content-type": "application/octet-stream",
+        },
+        timeout=10.0,
+    )
     echo = r.json()
     assert r.status_code == 200 and r.headers["x-upstream"] == "fake"
     assert echo["method"] == "PUT" and echo["path"] == "/v1/echo/files/1"
@@ -371,7 +433,8 @@ def test_shared_scope_group_shares(proxy: ProxyProcess, upstream: FakeUpstream) 
 
 
 def test_upstream_errors_reach_the_caller_and_are_not_cached(
-        proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     for stream in (False, True, False):
         with pytest.raises(openai.InternalServerError) as info:
             client.chat.completions.create(model="fake-error", messages=msgs("x"), stream=stream)
@@ -381,14 +444,23 @@ def test_upstream_errors_reach_the_caller_and_are_not_cached(
 
 
 def test_broken_streams_and_truncated_answers_are_not_cached(
-        proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str) -> None:
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     before = proxy.metric("cachekit_proxy_not_stored_total", reason="incomplete_stream")
     for _ in range(2):
         with pytest.raises((openai.APIError, httpx.HTTPError)):
-            list(client.chat.completions.create(model="fake-break", messages=msgs("tell me"),
-                                                stream=True))
-    wait_until(lambda: proxy.metric("cachekit_proxy_not_stored_total",
-                                    reason="incomplete_stream") >= before + 2, timeout=10.0)
+            list(
+                client.chat.completions.create(
+                    model="fake-break", messages=msgs("tell me"), stream=True
+                )
+            )
+    wait_until(
+        lambda: (
+            proxy.metric("cachekit_proxy_not_stored_total", reason="incomplete_stream")
+            >= before + 2
+        ),
+        timeout=10.0,
+    )
     assert upstream_calls(upstream, key) == 2
     for _ in range(2):
         r, _ = chat(client, "long story", model="fake-length")
@@ -400,31 +472,46 @@ def test_broken_streams_and_truncated_answers_are_not_cached(
 # ---------------------------------------------------------------------- bad input, upstream
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    (b'{"model": "m", "messages": [', None),
-    (b'[1, 2]', None),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model"),
-    (json.dumps({"model": "m"}).encode(), "messages"),
-    (json.dumps({"model": "m", "messages": "hi"}).encode(), "messages"),
-    (json.dumps({"model": "m", "messages": msgs("x"), "temperature": "hot"}).encode(),
-     "temperature"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"model": "m", "messages": [', None),
+        (b"[1, 2]", None),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model"),
+        (json.dumps({"model": "m"}).encode(), "messages"),
+        (json.dumps({"model": "m", "messages": "hi"}).encode(), "messages"),
+        (
+            json.dumps({"model": "m", "messages": msgs("x"), "temperature": "hot"}).encode(),
+            "temperature",
+        ),
+    ],
+)
 def test_bad_bodies_get_400(proxy: ProxyProcess, body: bytes, param: str | None) -> None:
-    r = httpx.post(proxy.url + CHAT, content=body, timeout=10.0,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        proxy.url + CHAT, content=body, timeout=10.0, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["message"]
     assert err["param"] == param
 
 
-@pytest.mark.parametrize("headers", [
-    {"cache-control": "max-age=soon"}, {"x-cachekit-ttl": "-1"},
-    {"x-cachekit-threshold": "1.5"}, {"x-cachekit-namespace": "has space"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"cache-control": "max-age=soon"},
+        {"x-cachekit-ttl": "-1"},
+        {"x-cachekit-threshold": "1.5"},
+        {"x-cachekit-namespace": "has space"},
+    ],
+)
 def test_bad_control_headers_get_400(proxy: ProxyProcess, headers: dict[str, str]) -> None:
-    r = httpx.post(proxy.url + CHAT, json={"model": MODEL, "messages": msgs("x")},
-                   headers=headers, timeout=10.0)
+    r = httpx.post(
+        proxy.url + CHAT,
+        json={"model": MODEL, "messages": msgs("x")},
+        headers=headers,
+        timeout=10.0,
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == next(iter(headers))
 
 
@@ -436,7 +523,7 @@ def test_oversized_body_gets_413(proxy: ProxyProcess, upstream: FakeUpstream) ->
     def chunked() -> Iterator[bytes]:  # no content-length: the limit still holds
         data = json.dumps(big).encode()
         for i in range(0, len(data), 8192):
-            yield data[i:i + 8192]
+            yield data[i : i + 8192]
 
     r2 = httpx.post(proxy.url + CHAT, content=chunked(), timeout=10.0)
     assert r2.status_code == 413
@@ -463,8 +550,9 @@ def test_unreachable_upstream_gets_502() -> None:
 # ---------------------------------------------------------------------- controls
 
 
-def test_cache_control_and_cachekit_headers(proxy: ProxyProcess, upstream: FakeUpstream,
-                                            client: openai.OpenAI, key: str) -> None:
+def test_cache_control_and_cachekit_headers(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
     text = "What is the boiling point of water?"
     _, h = chat(client, text, {"cache-control": "no-store"})
     assert h["x-cachekit-cache"] == "MISS"
@@ -486,8 +574,9 @@ def test_cache_control_and_cachekit_headers(proxy: ProxyProcess, upstream: FakeU
     # The threshold header only raises the bar.
     chat(client, PARAPHRASE[0])
     wait_cached(proxy, key, PARAPHRASE[0])
-    _, h = chat(client, PARAPHRASE[1], {"x-cachekit-threshold": "0.999", "cache-control":
-                                        "no-store"})
+    _, h = chat(
+        client, PARAPHRASE[1], {"x-cachekit-threshold": "0.999", "cache-control": "no-store"}
+    )
     assert h["x-cachekit-cache"] == "MISS"
     _, h = chat(client, PARAPHRASE[1], {"x-cachekit-threshold": "0.5"})
     assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
@@ -508,8 +597,10 @@ def test_metrics(proxy: ProxyProcess, client: openai.OpenAI, key: str) -> None:
 
     def delta(name: str, **labels: str) -> float:
         want = tuple(sorted(labels.items()))
+
         def total(d: dict[Any, float]) -> float:
             return sum(v for (n, ls), v in d.items() if n == name and all(i in ls for i in want))
+
         return total(m) - total(before)
 
     assert delta("cachekit_proxy_requests_total", endpoint="chat", cache="HIT") >= 2

@@ -16,14 +16,30 @@ from cachekit.semantic.testing import DeterministicTestEmbedder
 
 def test_file_then_overrides(tmp_path: Path) -> None:
     f = tmp_path / "ck.toml"
-    f.write_text('namespace = "prod"\nthreshold = 0.9\n[shared_scope]\nteam = ["sk-a"]\n'
-                 '[proxy]\nupstream = "http://up:1"\nport = 9000\nworkers = 2\n')
-    args = build_parser().parse_args([
-        "serve", "--config", str(f), "--port", "9100", "--threshold", "0.95",
-        "--shared-scope", "ops=sk-b,sk-c", "--no-semantic"])
+    f.write_text(
+        'namespace = "prod"\nthreshold = 0.9\n[shared_scope]\nteam = ["sk-a"]\n'
+        '[proxy]\nupstream = "http://up:1"\nport = 9000\nworkers = 2\n'
+    )
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--config",
+            str(f),
+            "--port",
+            "9100",
+            "--threshold",
+            "0.95",
+            "--shared-scope",
+            "ops=sk-b,sk-c",
+            "--no-semantic",
+        ]
+    )
     config = config_from_args(args)
     assert (config.proxy.upstream, config.proxy.port, config.proxy.workers) == (
-        "http://up:1", 9100, 2)
+        "http://up:1",
+        9100,
+        2,
+    )
     assert (config.cache.namespace, config.cache.threshold) == ("prod", 0.95)
     assert config.cache.semantic is False
     tenants = config.cache.tenants()
@@ -34,12 +50,15 @@ def test_file_then_overrides(tmp_path: Path) -> None:
     assert again.proxy == config.proxy and again.cache.threshold == 0.95
 
 
-@pytest.mark.parametrize(("text", "match"), [
-    ('[proxy]\nupstream = "ftp://x"\n', "upstream"),
-    ('[proxy]\nupstream = "http://x"\nprot = 1\n', "prot"),
-    ('threshhold = 0.9\n[proxy]\nupstream = "http://x"\n', "threshhold"),
-    ('threshold = 1.5\n[proxy]\nupstream = "http://x"\n', "threshold"),
-])
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('[proxy]\nupstream = "ftp://x"\n', "upstream"),
+        ('[proxy]\nupstream = "http://x"\nprot = 1\n', "prot"),
+        ('threshhold = 0.9\n[proxy]\nupstream = "http://x"\n', "threshhold"),
+        ('threshold = 1.5\n[proxy]\nupstream = "http://x"\n', "threshold"),
+    ],
+)
 def test_bad_settings_are_refused(tmp_path: Path, text: str, match: str) -> None:
     f = tmp_path / "ck.toml"
     f.write_text(text)
@@ -53,8 +72,9 @@ def test_bad_shared_scope_option() -> None:
 
 
 def test_cli_reports_bad_settings_without_a_traceback() -> None:
-    out = subprocess.run([sys.executable, "-m", "cachekit", "serve"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "cachekit", "serve"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "upstream" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -36,8 +36,9 @@ def upstream() -> Iterator[FakeUpstream]:
         server.stop()
 
 
-def test_two_replicas_share_exact_and_semantic_entries(redis_server: Any,
-                                                       upstream: FakeUpstream) -> None:
+def test_two_replicas_share_exact_and_semantic_entries(
+    redis_server: Any, upstream: FakeUpstream
+) -> None:
     url = upstream.url  # type: ignore[attr-defined]
     a = ProxyProcess(url, "--redis-url", redis_server.url).start()
     b = ProxyProcess(url, "--redis-url", redis_server.url, script=True).start()
@@ -76,8 +77,7 @@ def test_two_replicas_share_exact_and_semantic_entries(redis_server: Any,
         b.stop()
 
 
-def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any,
-                                               upstream: FakeUpstream) -> None:
+def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any, upstream: FakeUpstream) -> None:
     p = ProxyProcess(upstream.url, "--redis-url", redis_server.url).start()  # type: ignore
     key = f"sk-load-{uuid.uuid4().hex}"
     statuses: list[int] = []
@@ -87,10 +87,15 @@ def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any,
     def worker(w: int) -> None:
         with httpx.Client(timeout=20.0) as client:
             for i in range(30):
-                body = {"model": "gpt-4o-mini",
-                        "messages": [{"role": "user", "content": f"question {w} {i % 5}"}]}
-                r = client.post(p.url + "/v1/chat/completions", json=body,
-                                headers={"authorization": f"Bearer {key}"})
+                body = {
+                    "model": "gpt-4o-mini",
+                    "messages": [{"role": "user", "content": f"question {w} {i % 5}"}],
+                }
+                r = client.post(
+                    p.url + "/v1/chat/completions",
+                    json=body,
+                    headers={"authorization": f"Bearer {key}"},
+                )
                 with lock:
                     statuses.append(r.status_code)
                     if len(statuses) == 60:
@@ -123,10 +128,18 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
     try:
         messages = [{"role": "user", "content": "How do I reset my password?"}]
         first, _ = chat(client, "", messages=messages)
-        wait_until(lambda: httpx.post(p.url + "/v1/chat/completions", json={
-            "model": "gpt-4o-mini", "messages": messages}, timeout=10, headers={
-            "authorization": f"Bearer {key}", "cache-control": "only-if-cached"}
-        ).status_code == 200, timeout=30.0)
+        wait_until(
+            lambda: (
+                httpx.post(
+                    p.url + "/v1/chat/completions",
+                    json={"model": "gpt-4o-mini", "messages": messages},
+                    timeout=10,
+                    headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
+                ).status_code
+                == 200
+            ),
+            timeout=30.0,
+        )
         para = [{"role": "user", "content": "How can I reset my password?"}]
         got, h = chat(client, "", messages=para)
         assert h["x-cachekit-cache"] == "SEMANTIC_HIT"

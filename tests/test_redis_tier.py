@@ -51,6 +51,7 @@ class Wire:
     def _counting(self, what: str, original: Any) -> Any:
         counts, mine = self.counts, self.thread
         if asyncio.iscoroutinefunction(original):
+
             async def acount(conn: Any, *args: Any, **kwargs: Any) -> Any:
                 counts[what] += threading.get_ident() == mine
                 return await original(conn, *args, **kwargs)
@@ -504,12 +505,18 @@ def test_large_batches_write_every_ttl_kind(
     an ACL refuses scripts: the same entries either way."""
     admin = redis.Redis.from_url(redis_server.url)
     user = f"noscript{mode}"
-    admin.acl_setuser(user, enabled=True, nopass=True, keys=["*"],
-                      commands=["+@all"] + ([] if scripts_allowed else ["-@scripting"]))
+    admin.acl_setuser(
+        user,
+        enabled=True,
+        nopass=True,
+        keys=["*"],
+        commands=["+@all"] + ([] if scripts_allowed else ["-@scripting"]),
+    )
     host, port = admin.connection_pool.connection_kwargs["host"], redis_server.port
     tier = RedisTier(f"redis://{user}@{host}:{port}/0")
     sent: list[str] = []
     execute = tier.client.execute_command
+
     def counting(*a: Any, **k: Any) -> Any:
         sent.append(a[0])
         return execute(*a, **k)
@@ -519,8 +526,11 @@ def test_large_batches_write_every_ttl_kind(
     entries: list[tuple[str, bytes, float | None]] = [
         (f"{mode}:ttl{i}", b"v%d" % i, 60.0) for i in range(10)
     ]
-    entries += [(f"{mode}:forever", b"f", None), (f"{mode}:expired", b"new", 0.0),
-                (f"{mode}:tiny", b"t", 1e-6)]
+    entries += [
+        (f"{mode}:forever", b"f", None),
+        (f"{mode}:expired", b"new", 0.0),
+        (f"{mode}:tiny", b"t", 1e-6),
+    ]
     try:
         if mode == "sync":
             tier.set_many(entries)

@@ -31,23 +31,57 @@ THRESHOLD = 0.85
 PRICES_TOML = '[prices."gpt-4o-mini"]\ninput = 1000.0\noutput = 2000.0\n'
 
 
-def _completion(cid: str, text: str, model: str, prompt: int = 100, completion: int = 50
-                ) -> dict[str, Any]:
-    return {"id": f"chatcmpl-{cid}", "object": "chat.completion", "created": 1, "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": f"answer {cid}: {text}"}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+def _completion(
+    cid: str, text: str, model: str, prompt: int = 100, completion: int = 50
+) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{cid}",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": f"answer {cid}: {text}"},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
 
 
 def _sse(cid: str, model: str, *, complete: bool) -> str:
-    base = {"id": f"chatcmpl-{cid}", "object": "chat.completion.chunk", "created": 1,
-            "model": model}
+    base = {
+        "id": f"chatcmpl-{cid}",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+    }
     chunks = [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Par"},
-                              "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {"content": "is"},
-                              "finish_reason": "stop" if complete else None}]},
+        {
+            **base,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": "Par"},
+                    "finish_reason": None,
+                }
+            ],
+        },
+        {
+            **base,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "is"},
+                    "finish_reason": "stop" if complete else None,
+                }
+            ],
+        },
         {**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}},
     ]
     events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks[: 3 if complete else 1])
@@ -55,8 +89,14 @@ def _sse(cid: str, model: str, *, complete: bool) -> str:
 
 
 def _body(text: str, model: str = "gpt-4o-mini", stream: bool = False) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "temperature": 0, "messages": [
-        {"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]}
+    body: dict[str, Any] = {
+        "model": model,
+        "temperature": 0,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": text},
+        ],
+    }
     if stream:
         body["stream"] = True
     return body
@@ -91,9 +131,18 @@ def _response(cid: str, model: str, text: str, override: Any) -> Any:
 def write_records(path: Path, log: list[Any] = LOG) -> Path:
     with path.open("w") as f:
         for cid, tenant, model, text, stream, _, _, latency, override in log:
-            f.write(json.dumps({"custom_id": cid, "request": _body(text, model, stream),
-                                "response": _response(cid, model, text, override),
-                                "latency_ms": latency, "metadata": {"tenant": tenant}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "custom_id": cid,
+                        "request": _body(text, model, stream),
+                        "response": _response(cid, model, text, override),
+                        "latency_ms": latency,
+                        "metadata": {"tenant": tenant},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -101,22 +150,45 @@ def write_batch(dir_: Path, log: list[Any] = LOG) -> tuple[Path, Path]:
     inp, out = dir_ / "in.jsonl", dir_ / "out.jsonl"
     with inp.open("w") as fi, out.open("w") as fo:
         for cid, tenant, model, text, stream, *_ in log:
-            fi.write(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
-                                 "body": _body(text, model, stream),
-                                 "metadata": {"tenant": tenant}}) + "\n")
+            fi.write(
+                json.dumps(
+                    {
+                        "custom_id": cid,
+                        "method": "POST",
+                        "url": "/v1/chat/completions",
+                        "body": _body(text, model, stream),
+                        "metadata": {"tenant": tenant},
+                    }
+                )
+                + "\n"
+            )
         # Outputs come back in any order in the Batch API: write them reversed.
         for cid, _, model, text, _, _, _, latency, override in reversed(log):
-            fo.write(json.dumps({"custom_id": cid, "response": {
-                "status_code": 200, "body": _response(cid, model, text, override)},
-                "latency_ms": latency}) + "\n")
+            fo.write(
+                json.dumps(
+                    {
+                        "custom_id": cid,
+                        "response": {
+                            "status_code": 200,
+                            "body": _response(cid, model, text, override),
+                        },
+                        "latency_ms": latency,
+                    }
+                )
+                + "\n"
+            )
     return inp, out
 
 
 def write_truth(path: Path, log: list[Any] = LOG) -> Path:
     with path.open("w") as f:
         for cid, _, _, _, _, answer, kind, _, _ in log:
-            f.write(json.dumps({"custom_id": cid, "kind": kind, "answer": answer,
-                                "equivalent_to": None}) + "\n")
+            f.write(
+                json.dumps(
+                    {"custom_id": cid, "kind": kind, "answer": answer, "equivalent_to": None}
+                )
+                + "\n"
+            )
     return path
 
 
@@ -181,8 +253,9 @@ def test_batch_files_give_the_same_report(tmp_path: Path, prices: Path) -> None:
 
 def test_truth_judges_every_hit(tmp_path: Path, prices: Path) -> None:
     log = write_records(tmp_path / "log.jsonl")
-    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"),
-                        options=_opts(prices))
+    report = run_replay(
+        log, truth_path=write_truth(tmp_path / "truth.jsonl"), options=_opts(prices)
+    )
     d = report.to_dict()
     assert d["correct_hits"] == 3  # a2, a3, s2
     assert d["wrong_hits"] == 1  # a4: the office router is not the home router
@@ -206,8 +279,11 @@ def test_sweep_embeds_each_text_once(tmp_path: Path, prices: Path) -> None:
 
     embedder.embed = spy  # type: ignore[method-assign]
     sweep = [0.85, 0.88, 0.95]
-    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"), options=(
-        ReplayOptions(embedder=embedder, prices_path=prices, sweep=sweep, setting=0.88)))
+    report = run_replay(
+        log,
+        truth_path=write_truth(tmp_path / "truth.jsonl"),
+        options=(ReplayOptions(embedder=embedder, prices_path=prices, sweep=sweep, setting=0.88)),
+    )
     distinct = {ROUTER, PARAPHRASE, NEAR_MISS, OTHER, FRANCE, PRIME}
     [batch] = [b for b in batches if len(b) > 1]
     assert sorted(batch) == sorted(distinct)
@@ -251,39 +327,66 @@ def test_every_kind_of_bad_line_is_counted_never_raised(tmp_path: Path) -> None:
         for cid, t in good
     ]
     inputs += [
-        "{not json",                                                        # line 3
+        "{not json",  # line 3
         {"custom_id": "nobody", "method": "POST", "url": "/v1/chat/completions"},  # 4
-        {"custom_id": "img", "method": "POST", "url": "/v1/images/generations",
-         "body": {"model": "dall-e-3", "prompt": "a cat"}},                 # 5
-        {"custom_id": "ok1", "method": "POST", "url": "/v1/chat/completions",
-         "body": _body(ROUTER)},                                            # 6: duplicate id
-        {"custom_id": "lonely", "method": "POST", "url": "/v1/chat/completions",
-         "body": _body(OTHER)},                                             # 7: no output
-        {"custom_id": "nomsg", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "gpt-4o-mini"}},                                 # 8: refused request
-        [1, 2, 3],                                                          # 9: not an object
+        {
+            "custom_id": "img",
+            "method": "POST",
+            "url": "/v1/images/generations",
+            "body": {"model": "dall-e-3", "prompt": "a cat"},
+        },  # 5
+        {
+            "custom_id": "ok1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": _body(ROUTER),
+        },  # 6: duplicate id
+        {
+            "custom_id": "lonely",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": _body(OTHER),
+        },  # 7: no output
+        {
+            "custom_id": "nomsg",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "gpt-4o-mini"},
+        },  # 8: refused request
+        [1, 2, 3],  # 9: not an object
     ]
     outputs: list[Any] = [
-        {"custom_id": cid, "response": {"status_code": 200,
-                                        "body": _completion(cid, t, "gpt-4o-mini")}}
+        {
+            "custom_id": cid,
+            "response": {"status_code": 200, "body": _completion(cid, t, "gpt-4o-mini")},
+        }
         for cid, t in good
     ]
     outputs += [
-        "",                                                                 # blank: ignored
-        "\x00garbage",                                                      # line 4
-        {"custom_id": "ghost", "response": {"status_code": 200,
-                                            "body": _completion("g", ROUTER, "gpt-4o-mini")}},
-        {"response": {"status_code": 200, "body": {}}},                     # 6: no custom_id
-        {"custom_id": "nomsg", "response": {"status_code": 200,
-                                            "body": _completion("n", OTHER, "gpt-4o-mini")}},
+        "",  # blank: ignored
+        "\x00garbage",  # line 4
+        {
+            "custom_id": "ghost",
+            "response": {"status_code": 200, "body": _completion("g", ROUTER, "gpt-4o-mini")},
+        },
+        {"response": {"status_code": 200, "body": {}}},  # 6: no custom_id
+        {
+            "custom_id": "nomsg",
+            "response": {"status_code": 200, "body": _completion("n", OTHER, "gpt-4o-mini")},
+        },
     ]
     inp, out = _lines(tmp_path / "in.jsonl", inputs), _lines(tmp_path / "out.jsonl", outputs)
     report = run_replay(inp, out, options=_opts())
     d = report.to_dict()
     assert d["requests"] == 2 and d["hits"]["exact"] == 1
     assert d["skipped"] == {
-        "not_json": 2, "missing_field": 3, "unknown_endpoint": 1, "duplicate_custom_id": 1,
-        "input_without_output": 1, "output_without_input": 1, "invalid_request": 1,
+        "not_json": 2,
+        "missing_field": 3,
+        "unknown_endpoint": 1,
+        "duplicate_custom_id": 1,
+        "input_without_output": 1,
+        "output_without_input": 1,
+        "invalid_request": 1,
     }
     first = report.skipped.first_lines
     assert sorted(first["not_json"]) == ["in.jsonl:3", "out.jsonl:4"]
@@ -340,9 +443,15 @@ def test_registered_policy_plugs_in_by_name(tmp_path: Path) -> None:
 def test_capacity_from_timestamps(tmp_path: Path) -> None:
     # 100 distinct requests, one every 0.5 s, each 1 s upstream: 2 req/s, so L = 2 x 1 = 2
     # in flight, half of the 4 slots.
-    rows = [{"request": _body(f"question number {i} about topic {i * 7}"),
-             "response": _completion(str(i), "q", "gpt-4o-mini"), "latency_ms": 1000.0,
-             "timestamp": 1_700_000_000 + 0.5 * i} for i in range(100)]
+    rows = [
+        {
+            "request": _body(f"question number {i} about topic {i * 7}"),
+            "response": _completion(str(i), "q", "gpt-4o-mini"),
+            "latency_ms": 1000.0,
+            "timestamp": 1_700_000_000 + 0.5 * i,
+        }
+        for i in range(100)
+    ]
     p = _lines(tmp_path / "log.jsonl", rows)
     # Threshold 1.0: only identical texts hit, and there are none.
     report = run_replay(p, options=_opts(upstream_concurrency=4, setting=1.0)).to_dict()
@@ -356,8 +465,15 @@ def test_capacity_from_timestamps(tmp_path: Path) -> None:
 
 
 def test_rate_flag_overrides_timestamps(tmp_path: Path) -> None:
-    rows = [{"request": _body(ROUTER), "response": _completion("x", ROUTER, "gpt-4o-mini"),
-             "latency_ms": 2000.0, "timestamp": f"2026-01-01T00:00:0{i}Z"} for i in range(4)]
+    rows = [
+        {
+            "request": _body(ROUTER),
+            "response": _completion("x", ROUTER, "gpt-4o-mini"),
+            "latency_ms": 2000.0,
+            "timestamp": f"2026-01-01T00:00:0{i}Z",
+        }
+        for i in range(4)
+    ]
     p = _lines(tmp_path / "log.jsonl", rows)
     cap = run_replay(p, options=_opts(rate=10.0)).to_dict()["capacity"]
     assert cap["rate_source"] == "--rate" and cap["rate_rps"] == 10.0
@@ -367,10 +483,12 @@ def test_rate_flag_overrides_timestamps(tmp_path: Path) -> None:
     assert cap["upstream_concurrency"] is None and cap["with_cache"]["utilisation"] is None
 
 
-def test_json_and_html_outputs_through_the_command_line(tmp_path: Path, prices: Path,
-                                                        monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]
-                                                        ) -> None:
+def test_json_and_html_outputs_through_the_command_line(
+    tmp_path: Path,
+    prices: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from cachekit import cli
     from cachekit.replay import runner
 
@@ -382,10 +500,26 @@ def test_json_and_html_outputs_through_the_command_line(tmp_path: Path, prices: 
     monkeypatch.setattr(runner, "ReplayOptions", with_test_embedder)
     log = write_records(tmp_path / "log.jsonl")
     out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
-    rc = cli.main(["replay", str(log), "--truth", str(write_truth(tmp_path / "t.jsonl")),
-                   "--sweep", "0.85:0.95:0.05", "--prices", str(prices), "--rate", "2",
-                   "--upstream-concurrency", "4", "--json", str(out_json),
-                   "--html", str(out_html)])
+    rc = cli.main(
+        [
+            "replay",
+            str(log),
+            "--truth",
+            str(write_truth(tmp_path / "t.jsonl")),
+            "--sweep",
+            "0.85:0.95:0.05",
+            "--prices",
+            str(prices),
+            "--rate",
+            "2",
+            "--upstream-concurrency",
+            "4",
+            "--json",
+            str(out_json),
+            "--html",
+            str(out_html),
+        ]
+    )
     assert rc == 0
     shown = capsys.readouterr().out
     assert "Semantic hits" in shown and "Correct / wrong hits" in shown and "Sweep" in shown
@@ -403,38 +537,48 @@ def test_html_shows_the_wrong_hits_escaped(tmp_path: Path) -> None:
 
     log = write_records(tmp_path / "log.jsonl")
     report = run_replay(log, truth_path=write_truth(tmp_path / "t.jsonl"), options=_opts())
-    report.wrong_sample.append(WrongHit("x", "<script>alert(1)</script>", "y", "a & b",
-                                        "semantic", 0.9))
+    report.wrong_sample.append(
+        WrongHit("x", "<script>alert(1)</script>", "y", "a & b", "semantic", 0.9)
+    )
     page = render_html(report)
     assert NEAR_MISS in page and ROUTER in page
     assert "<script" not in page and "&lt;script&gt;" in page and "a &amp; b" in page
 
 
-def test_command_line_reports_a_missing_file(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_line_reports_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from cachekit import cli
 
     assert cli.main(["replay", str(tmp_path / "nope.jsonl"), "--quiet"]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
 
 
-
 def test_python_dash_m_runs_the_command() -> None:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "cachekit", "replay", "--help"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "cachekit", "replay", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "--sweep" in done.stdout and "--upstream-concurrency" in done.stdout
 
 
 @pytest.mark.parametrize("policy,setting", [("verified", None), ("error-bounded", 0.05)])
-def test_named_policies_replay_like_production(tmp_path: Path, policy: str,
-                                               setting: float | None) -> None:
+def test_named_policies_replay_like_production(
+    tmp_path: Path, policy: str, setting: float | None
+) -> None:
     log = write_records(tmp_path / "log.jsonl")
-    report = run_replay(log, truth_path=write_truth(tmp_path / "truth.jsonl"),
-                        options=_opts(policy=policy, setting=setting))
+    report = run_replay(
+        log,
+        truth_path=write_truth(tmp_path / "truth.jsonl"),
+        options=_opts(policy=policy, setting=setting),
+    )
     d = report.to_dict()
     # Exact repeats do not depend on the policy; semantic hits never exceed the hittable ones.
     assert d["hits"]["exact"] == 2
@@ -446,8 +590,9 @@ def test_max_error_flag_sets_the_error_bounded_policy(tmp_path: Path) -> None:
     from cachekit.cli import build_parser
 
     log = str(tmp_path / "log.jsonl")
-    args = build_parser().parse_args(["replay", log, "--policy", "error-bounded",
-                                      "--max-error", "0.03"])
+    args = build_parser().parse_args(
+        ["replay", log, "--policy", "error-bounded", "--max-error", "0.03"]
+    )
     assert (args.policy, args.max_error, args.threshold) == ("error-bounded", 0.03, None)
     with pytest.raises(SystemExit):  # one setting: --threshold, --max-error or --sweep
         build_parser().parse_args(["replay", log, "--threshold", "0.9", "--max-error", "0.1"])
@@ -461,8 +606,10 @@ def test_config_names_its_policy_and_refuses_unknown_ones() -> None:
         LLMCacheConfig(policy="nope").check()
     with pytest.raises(ValueError, match="threshold applies to the threshold policy"):
         LLMCacheConfig(policy="verified", threshold=0.9).check()
-    llm = build_cache(LLMCacheConfig(policy="error-bounded", policy_setting=0.02),
-                      embedder=DeterministicTestEmbedder(64))
+    llm = build_cache(
+        LLMCacheConfig(policy="error-bounded", policy_setting=0.02),
+        embedder=DeterministicTestEmbedder(64),
+    )
     try:
         assert isinstance(llm.policy, ErrorBoundedPolicy) and llm.policy.max_error == 0.02
     finally:

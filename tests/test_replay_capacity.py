@@ -35,8 +35,14 @@ def test_no_hits_constant_latency() -> None:
     # 2 req/s, 1 s each, 4 slots: L = 2, rho = 0.5, P(wait) = 4/23, the wait's tail has rate
     # (c - L) / W = 2 per second. p50: more than half never wait, so 1 s exactly. p99: the wait
     # exceeded with probability 0.01: (4/23) e^(-2x) = 0.01, x = ln(400/23) / 2.
-    cap = capacity_report(latency_ms=[1000.0] * 100, hit=[False] * 100, overhead_ms=[0.0] * 100,
-                          rate=2.0, rate_source="--rate", upstream_concurrency=4).to_dict()
+    cap = capacity_report(
+        latency_ms=[1000.0] * 100,
+        hit=[False] * 100,
+        overhead_ms=[0.0] * 100,
+        rate=2.0,
+        rate_source="--rate",
+        upstream_concurrency=4,
+    ).to_dict()
     side = cap["without_cache"]
     assert side["in_flight"] == pytest.approx(2.0)
     assert side["utilisation"] == pytest.approx(0.5)
@@ -51,8 +57,14 @@ def test_half_hits_halve_the_upstream_load() -> None:
     # rate 3/s. p99 of the mixture: 0.5 * P(miss path > t) = 0.01, so P(wait > t - 1) = 0.02:
     # (1/49) e^(-3x) = 0.02, x = ln(50/49) / 3.
     hit = [i % 2 == 1 for i in range(100)]
-    cap = capacity_report(latency_ms=[1000.0] * 100, hit=hit, overhead_ms=[0.0] * 100,
-                          rate=2.0, rate_source="--rate", upstream_concurrency=4).to_dict()
+    cap = capacity_report(
+        latency_ms=[1000.0] * 100,
+        hit=hit,
+        overhead_ms=[0.0] * 100,
+        rate=2.0,
+        rate_source="--rate",
+        upstream_concurrency=4,
+    ).to_dict()
     w = cap["with_cache"]
     assert w["upstream_rps"] == pytest.approx(1.0)
     assert w["in_flight"] == pytest.approx(1.0)
@@ -69,8 +81,14 @@ def test_rarely_waiting_calls_keep_the_service_percentiles() -> None:
     # 0.1 req/s on 32 slots: P(wait) is vanishingly small, so the percentiles are those of the
     # logged latencies themselves (here 1..100 s, p99 by linear interpolation of 1% steps).
     latencies = [1000.0 * (i + 1) for i in range(100)]
-    cap = capacity_report(latency_ms=latencies, hit=[False] * 100, overhead_ms=[0.0] * 100,
-                          rate=0.1, rate_source="--rate", upstream_concurrency=32).to_dict()
+    cap = capacity_report(
+        latency_ms=latencies,
+        hit=[False] * 100,
+        overhead_ms=[0.0] * 100,
+        rate=0.1,
+        rate_source="--rate",
+        upstream_concurrency=32,
+    ).to_dict()
     side = cap["without_cache"]
     assert side["utilisation"] == pytest.approx(0.1 * 50.5 / 32)
     assert 99_000.0 <= side["latency_ms"]["p99"] <= 100_000.0
@@ -78,8 +96,14 @@ def test_rarely_waiting_calls_keep_the_service_percentiles() -> None:
 
 
 def test_saturated_upstream_has_no_latency() -> None:
-    cap = capacity_report(latency_ms=[1000.0] * 10, hit=[False] * 10, overhead_ms=[0.0] * 10,
-                          rate=5.0, rate_source="--rate", upstream_concurrency=4).to_dict()
+    cap = capacity_report(
+        latency_ms=[1000.0] * 10,
+        hit=[False] * 10,
+        overhead_ms=[0.0] * 10,
+        rate=5.0,
+        rate_source="--rate",
+        upstream_concurrency=4,
+    ).to_dict()
     side = cap["without_cache"]
     assert side["saturated"] is True and side["utilisation"] == pytest.approx(1.25)
     assert side["latency_ms"] == {"p50": None, "p99": None}
@@ -99,9 +123,14 @@ def test_knee_definition() -> None:
 
 
 def test_without_rate_only_latency_without_queueing() -> None:
-    cap = capacity_report(latency_ms=[100.0, 300.0, None], hit=[False, False, True],
-                          overhead_ms=[0.0, 0.0, 0.0], rate=None, rate_source=None,
-                          upstream_concurrency=8).to_dict()
+    cap = capacity_report(
+        latency_ms=[100.0, 300.0, None],
+        hit=[False, False, True],
+        overhead_ms=[0.0, 0.0, 0.0],
+        rate=None,
+        rate_source=None,
+        upstream_concurrency=8,
+    ).to_dict()
     side = cap["without_cache"]
     assert side["in_flight"] is None and side["utilisation"] is None
     assert side["concurrency_needed"] is None

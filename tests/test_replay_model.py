@@ -18,21 +18,37 @@ UNRELATED = "What is the capital of France?"
 
 
 def _row(cid: str, text: str, answer: str) -> dict[str, object]:
-    return {"custom_id": cid,
-            "request": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]},
-            "response": {"id": f"c-{cid}", "object": "chat.completion", "created": 1,
-                         "model": "gpt-4o-mini",
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": answer}}],
-                         "usage": {"prompt_tokens": 10, "completion_tokens": 20}},
-            "latency_ms": 800.0, "metadata": {"tenant": "t"}}
+    return {
+        "custom_id": cid,
+        "request": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]},
+        "response": {
+            "id": f"c-{cid}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": answer},
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20},
+        },
+        "latency_ms": 800.0,
+        "metadata": {"tenant": "t"},
+    }
 
 
 def test_real_model_replay_from_the_command_line(tmp_path: Path) -> None:
     pytest.importorskip("sentence_transformers")
     log = tmp_path / "log.jsonl"
-    rows = [_row("r1", SAME, "a"), _row("r2", SAME, "a"), _row("r3", PARAPHRASE, "a"),
-            _row("r4", UNRELATED, "b")]
+    rows = [
+        _row("r1", SAME, "a"),
+        _row("r2", SAME, "a"),
+        _row("r3", PARAPHRASE, "a"),
+        _row("r4", UNRELATED, "b"),
+    ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "report.json"
     assert cli.main(["replay", str(log), "--quiet", "--json", str(out)]) == 0

@@ -53,7 +53,6 @@ def emb() -> DeterministicTestEmbedder:
     return DeterministicTestEmbedder()
 
 
-
 def make_answer(cache: Cache, emb: Any, closing: Callable[[Any], Any], **kw: Any) -> Any:
     calls: list[tuple[str, str]] = []
 
@@ -138,8 +137,9 @@ def test_scope_isolates_every_other_argument(emb, closing, changed: str) -> None
 def test_scope_function_overrides_default_scope(emb, closing) -> None:
     cache = Cache()
 
-    @cache.semantic(threshold=THRESHOLD, embedder=emb,
-                    scope=lambda prompt, *, model, request_id: model)
+    @cache.semantic(
+        threshold=THRESHOLD, embedder=emb, scope=lambda prompt, *, model, request_id: model
+    )
     def answer(prompt: str, *, model: str, request_id: str) -> str:
         return f"{model}:{prompt}"
 
@@ -303,8 +303,11 @@ def test_errors_are_not_cached(emb, closing) -> None:
 def test_none_is_not_cached_unless_asked(emb, closing) -> None:
     cache = Cache()
     for cache_none, expected in ((False, Status.MISS), (True, Status.HIT)):
-        fn = closing(cache.semantic(lambda prompt: None, embedder=emb, cache_none=cache_none,
-                                    name=f"none-{cache_none}"))
+        fn = closing(
+            cache.semantic(
+                lambda prompt: None, embedder=emb, cache_none=cache_none, name=f"none-{cache_none}"
+            )
+        )
         fn(STORED)
         assert fn.lookup(STORED).status is expected
 
@@ -319,9 +322,7 @@ def test_policy_is_pluggable(emb, closing) -> None:
 
         def accept(self, similarity: float, query: str, candidate: str) -> bool:
             seen.append((similarity, query, candidate))
-            return similarity >= 0.5 and re.findall(r"\d+", query) == re.findall(
-                r"\d+", candidate
-            )
+            return similarity >= 0.5 and re.findall(r"\d+", query) == re.findall(r"\d+", candidate)
 
     answer = make_answer(Cache(), emb, closing, policy=SameNumbers())
     answer("reset the password of account 1234", model="a")
@@ -329,7 +330,8 @@ def test_policy_is_pluggable(emb, closing) -> None:
     hit = answer.lookup("please reset the password of account 1234", model="a")
     assert hit.status is Status.SEMANTIC_HIT
     assert seen[-1][1:] == (
-        "please reset the password of account 1234", "reset the password of account 1234"
+        "please reset the password of account 1234",
+        "reset the password of account 1234",
     )
     assert answer.tier.stats()["policy"] == "same-numbers"
 
@@ -553,9 +555,20 @@ def test_telemetry_section(emb, closing) -> None:
     sec = cache.stats().extra["semantic:tel"]
     assert (sec["lookups"], sec["exact_hits"], sec["semantic_hits"], sec["misses"]) == (4, 1, 1, 2)
     assert sec["index_size"] == 2 and sec["hit_similarity_min"] >= 0.9
-    for key in ("batch_size_mean", "batch_size_max", "queue_wait_p50_ms", "queue_wait_p99_ms",
-                "embed_p50_ms", "embed_p99_ms", "search_p50_ms", "search_p99_ms",
-                "hit_similarity_p50", "evictions", "expirations", "redis_sync_lag_p50_ms"):
+    for key in (
+        "batch_size_mean",
+        "batch_size_max",
+        "queue_wait_p50_ms",
+        "queue_wait_p99_ms",
+        "embed_p50_ms",
+        "embed_p99_ms",
+        "search_p50_ms",
+        "search_p99_ms",
+        "hit_similarity_p50",
+        "evictions",
+        "expirations",
+        "redis_sync_lag_p50_ms",
+    ):
         assert key in sec
 
 

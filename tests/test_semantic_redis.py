@@ -18,29 +18,40 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"
-WORDS = ["apple", "river", "motor", "violet", "castle", "pepper", "silver", "tunnel", "garden",
-         "rocket", "marble", "forest"]
+WORDS = [
+    "apple",
+    "river",
+    "motor",
+    "violet",
+    "castle",
+    "pepper",
+    "silver",
+    "tunnel",
+    "garden",
+    "rocket",
+    "marble",
+    "forest",
+]
 
 
 def topic(i: int) -> str:
     return f"tell me about the {WORDS[i]} and the {WORDS[(i + 7) % len(WORDS)]}"
 
 
-
-
 def ns() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
 
-
-def make_answer(url: str, namespace: str, closing: Callable[[Any], Any], *,
-                cluster: bool = False, **kw: Any) -> Any:
+def make_answer(
+    url: str, namespace: str, closing: Callable[[Any], Any], *, cluster: bool = False, **kw: Any
+) -> Any:
     opts: dict[str, Any] = {"redis_cluster_url" if cluster else "redis_url": url}
     cache = Cache(namespace=namespace, redis_timeout=0.2, breaker_reset_s=0.2, **opts)
     calls: list[str] = []
 
-    @cache.semantic(name="answer", embedder=DeterministicTestEmbedder(), ttl=600,
-                    threshold=0.9, **kw)
+    @cache.semantic(
+        name="answer", embedder=DeterministicTestEmbedder(), ttl=600, threshold=0.9, **kw
+    )
     def answer(prompt: str, *, model: str = "m1") -> str:
         calls.append(prompt)
         return f"{model}:{prompt}"
@@ -74,8 +85,11 @@ CHILD = textwrap.dedent("""
 
 def run_child(url: str, namespace: str, action: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, namespace, action], cwd=ROOT, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, "-c", CHILD, url, namespace, action],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.stdout is not None
@@ -168,8 +182,10 @@ def test_redis_restart_costs_misses_then_sync_resumes(redis_server, closing) -> 
 
 def test_cluster_shares_and_rebuilds(redis_cluster, closing) -> None:
     name = ns()
-    url = redis_cluster.url if hasattr(redis_cluster, "url") else (
-        f"redis+cluster://127.0.0.1:{redis_cluster.ports[0]}/0"
+    url = (
+        redis_cluster.url
+        if hasattr(redis_cluster, "url")
+        else (f"redis+cluster://127.0.0.1:{redis_cluster.ports[0]}/0")
     )
     a = make_answer(url, name, closing)
     b = make_answer(url, name, closing)

@@ -21,8 +21,20 @@ from cachekit.testing import wait_until
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"
-WORDS = ["apple", "river", "motor", "violet", "castle", "pepper", "silver", "tunnel", "garden",
-         "rocket", "marble", "forest"]
+WORDS = [
+    "apple",
+    "river",
+    "motor",
+    "violet",
+    "castle",
+    "pepper",
+    "silver",
+    "tunnel",
+    "garden",
+    "rocket",
+    "marble",
+    "forest",
+]
 
 
 def topic(i: int) -> str:
@@ -33,8 +45,9 @@ def replica(url: str, namespace: str, closing: Callable[[Any], Any], **kw: Any) 
     cache = Cache(namespace=namespace, redis_url=url, redis_timeout=0.2, breaker_reset_s=0.2)
     calls: list[str] = []
 
-    @cache.semantic(name="answer", embedder=DeterministicTestEmbedder(), ttl=600,
-                    threshold=0.9, **kw)
+    @cache.semantic(
+        name="answer", embedder=DeterministicTestEmbedder(), ttl=600, threshold=0.9, **kw
+    )
     def answer(prompt: str) -> str:
         calls.append(prompt)
         return f"computed:{prompt}"
@@ -81,7 +94,9 @@ def test_a_replica_follows_writes_with_a_blocking_read(
 
 
 def test_log_trimmed_past_a_slow_reader_triggers_a_resync(
-    redis_server: Any, namespace: str, closing: Callable[[Any], Any],
+    redis_server: Any,
+    namespace: str,
+    closing: Callable[[Any], Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a = replica(redis_server.url, namespace, closing)
@@ -168,9 +183,16 @@ def _hostile(fn: Any, text: str, vec: np.ndarray, **fields: Any) -> None:
     """Write a semantic entry for ``text`` by hand, as another program could."""
     store = store_of(fn)
     scope = fn.scope_key(text)
-    h = {"vec": np.asarray(vec, dtype=np.float32).tobytes(), "text": text, "scope": scope,
-         "value": fields.pop("value", b"x"), "created_at": "1.0", "expires_at": "",
-         "v": "0", "emb": DeterministicTestEmbedder().name}
+    h = {
+        "vec": np.asarray(vec, dtype=np.float32).tobytes(),
+        "text": text,
+        "scope": scope,
+        "value": fields.pop("value", b"x"),
+        "created_at": "1.0",
+        "expires_at": "",
+        "v": "0",
+        "emb": DeterministicTestEmbedder().name,
+    }
     h.update(fields)
     id_ = entry_id(scope, text)
     client = fn.cache.l2.client

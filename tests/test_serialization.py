@@ -31,8 +31,19 @@ from cachekit.serialization import (
 )
 
 VALUES = [
-    None, True, 1, -(2**40), 1.5, "text", b"\x00bytes", [1, "a"], (1, (2, 3)), {"a": {"b": [1]}},
-    {1, 2}, frozenset({"x"}), {1: "int keys"},
+    None,
+    True,
+    1,
+    -(2**40),
+    1.5,
+    "text",
+    b"\x00bytes",
+    [1, "a"],
+    (1, (2, 3)),
+    {"a": {"b": [1]}},
+    {1, 2},
+    frozenset({"x"}),
+    {1: "int keys"},
 ]
 
 
@@ -146,8 +157,22 @@ def test_json_numbers_beyond_float_range_are_refused() -> None:
         decode_envelope(JsonSerializer(), b"j[1," + b"9" * 5000 + b",null,0,null,1]")
 
 
-@pytest.mark.parametrize("data", [b"", b"m", b"\x00", b"m\xc1", b"m\x91", b"m\xa5hello", b"j{",
-                                  b"m" + msgpack.packb({"a": 1}), "mstr", None, 5])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"m",
+        b"\x00",
+        b"m\xc1",
+        b"m\x91",
+        b"m\xa5hello",
+        b"j{",
+        b"m" + msgpack.packb({"a": 1}),
+        "mstr",
+        None,
+        5,
+    ],
+)
 def test_any_input_is_an_envelope_or_a_serialization_error(data: object) -> None:
     for s in (MsgpackSerializer(), JsonSerializer()):
         with pytest.raises(SerializationError):
@@ -174,8 +199,9 @@ def test_deep_extension_nesting_is_an_error_not_a_crash() -> None:
         except SerializationError as exc:
             print("refused:", exc)
         """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert "deeper than" in out.stdout
     # Legitimate nesting within the bound still round-trips.
@@ -186,15 +212,19 @@ def test_deep_extension_nesting_is_an_error_not_a_crash() -> None:
     assert decode_envelope(s, encode_envelope(s, Envelope(value, 0.0, None))).value == value
 
 
-@pytest.mark.parametrize("ext", [
-    msgpack.ExtType(99, b"\xc0"),                                          # unknown code
-    msgpack.ExtType(4, msgpack.packb(["|O8", [1], b"\x00" * 8])),          # object array
-    msgpack.ExtType(4, msgpack.packb(["<f4", [3], b"\x00" * 4])),          # wrong size
-    msgpack.ExtType(4, msgpack.packb(["<f4", [-1], b""])),                 # negative shape
-    msgpack.ExtType(4, msgpack.packb(["i4," * 50, [1], b"\x00" * 4])),      # dtype spec too long
-    msgpack.ExtType(5, msgpack.packb(["<f8", b"\x00"])),                   # short scalar
-    msgpack.ExtType(1, b"\xc1"),                                           # corrupt payload
-], ids=["unknown", "object", "size", "shape", "dtype", "scalar", "corrupt"])
+@pytest.mark.parametrize(
+    "ext",
+    [
+        msgpack.ExtType(99, b"\xc0"),  # unknown code
+        msgpack.ExtType(4, msgpack.packb(["|O8", [1], b"\x00" * 8])),  # object array
+        msgpack.ExtType(4, msgpack.packb(["<f4", [3], b"\x00" * 4])),  # wrong size
+        msgpack.ExtType(4, msgpack.packb(["<f4", [-1], b""])),  # negative shape
+        msgpack.ExtType(4, msgpack.packb(["i4," * 50, [1], b"\x00" * 4])),  # dtype spec too long
+        msgpack.ExtType(5, msgpack.packb(["<f8", b"\x00"])),  # short scalar
+        msgpack.ExtType(1, b"\xc1"),  # corrupt payload
+    ],
+    ids=["unknown", "object", "size", "shape", "dtype", "scalar", "corrupt"],
+)
 def test_hostile_extension_values_are_refused(ext: msgpack.ExtType) -> None:
     data = b"m" + msgpack.packb([1, 0.0, None, 0.0, None, ext])
     with pytest.raises(SerializationError):
@@ -216,12 +246,30 @@ def test_sizes_are_bounded_both_ways() -> None:
         decode_envelope(MsgpackSerializer(), b"m\x96\x01\x00\xc0\x00\xc0\xdd\xff\xff\xff\xff")
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    (b"0", 0), (b"12", 12), ("7", 7), (42, 42), (b"9223372036854775807", 2**63 - 1),
-    (None, None), (b"", None), (b"-1", None), (b"1.5", None), (b"abc", None), (b" 1", None),
-    (b"9223372036854775808", None), (b"1" * 5000, None), (-3, None), (True, None), (1.0, None),
-    ("\u0661", None), (bytearray(b"3"), 3), ([1], None),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"0", 0),
+        (b"12", 12),
+        ("7", 7),
+        (42, 42),
+        (b"9223372036854775807", 2**63 - 1),
+        (None, None),
+        (b"", None),
+        (b"-1", None),
+        (b"1.5", None),
+        (b"abc", None),
+        (b" 1", None),
+        (b"9223372036854775808", None),
+        (b"1" * 5000, None),
+        (-3, None),
+        (True, None),
+        (1.0, None),
+        ("\u0661", None),
+        (bytearray(b"3"), 3),
+        ([1], None),
+    ],
+)
 def test_parse_version_is_total(data: object, expected: int | None) -> None:
     assert parse_version(data) == expected
 

@@ -78,8 +78,9 @@ class PriceTable:
         return cls.from_mapping(data.get("prices", {}), base=base)
 
     @classmethod
-    def from_mapping(cls, table: Mapping[str, Any], *, base: Mapping[str, Price] | None = None
-                     ) -> PriceTable:
+    def from_mapping(
+        cls, table: Mapping[str, Any], *, base: Mapping[str, Price] | None = None
+    ) -> PriceTable:
         prices = dict(DEFAULT_PRICES if base is None else base)
         for model, entry in table.items():
             if not isinstance(entry, Mapping) or "input" not in entry:

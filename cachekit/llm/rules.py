@@ -62,10 +62,19 @@ EMBEDDINGS = "/v1/embeddings"
 CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS})
 
 #: Request fields that never change the answer's content: left out of keys and scopes.
-IGNORED_FIELDS: frozenset[str] = frozenset({
-    "user", "stream", "stream_options", "metadata", "store", "service_tier",
-    "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
-})
+IGNORED_FIELDS: frozenset[str] = frozenset(
+    {
+        "user",
+        "stream",
+        "stream_options",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+    }
+)
 
 #: Finish reasons of a complete answer. ``length`` (truncated) is cacheable only on request.
 _COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "eos"})
@@ -76,8 +85,15 @@ class RequestError(ValueError):
     """A request that must be refused (HTTP ``status``, 400 unless said otherwise), with an
     OpenAI-style error body in :meth:`body`."""
 
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400,
-                 code: str | None = None, type: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
@@ -87,8 +103,14 @@ class RequestError(ValueError):
 
     def body(self) -> dict[str, Any]:
         """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API sends it."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 # ---------------------------------------------------------------------- endpoints and bodies
@@ -144,32 +166,47 @@ def _check_common(body: Mapping[str, Any]) -> None:
     stream = body.get("stream")
     _check(stream is None or isinstance(stream, bool), "'stream' must be a boolean", "stream")
     so = body.get("stream_options")
-    _check(so is None or isinstance(so, dict), "'stream_options' must be an object",
-           "stream_options")
+    _check(
+        so is None or isinstance(so, dict), "'stream_options' must be an object", "stream_options"
+    )
     stop = body.get("stop")
-    _check(stop is None or isinstance(stop, str)
-           or (isinstance(stop, list) and all(isinstance(s, str) for s in stop)),
-           "'stop' must be a string or a list of strings", "stop")
+    _check(
+        stop is None
+        or isinstance(stop, str)
+        or (isinstance(stop, list) and all(isinstance(s, str) for s in stop)),
+        "'stop' must be a string or a list of strings",
+        "stop",
+    )
     for name in ("tools", "functions"):
         v = body.get(name)
-        _check(v is None or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
-               f"'{name}' must be a list of objects", name)
+        _check(
+            v is None or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
+            f"'{name}' must be a list of objects",
+            name,
+        )
     for name in ("response_format", "logit_bias"):
         v = body.get(name)
         _check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
 
 
 def _check_messages(messages: Any) -> None:
-    _check(isinstance(messages, list) and len(messages) > 0,
-           "'messages' must be a non-empty array", "messages")
+    _check(
+        isinstance(messages, list) and len(messages) > 0,
+        "'messages' must be a non-empty array",
+        "messages",
+    )
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         _check(isinstance(m, dict), f"'{where}' must be an object", where)
         _check(isinstance(m.get("role"), str), f"'{where}.role' must be a string", where)
         c = m.get("content")
-        _check(c is None or isinstance(c, str)
-               or (isinstance(c, list) and all(isinstance(p, dict) for p in c)),
-               f"'{where}.content' must be a string or an array of content parts", where)
+        _check(
+            c is None
+            or isinstance(c, str)
+            or (isinstance(c, list) and all(isinstance(p, dict) for p in c)),
+            f"'{where}.content' must be a string or an array of content parts",
+            where,
+        )
 
 
 def _is_token_list(v: Any) -> bool:
@@ -177,9 +214,15 @@ def _is_token_list(v: Any) -> bool:
 
 
 def _check_input(value: Any, name: str) -> None:
-    ok = isinstance(value, str) or _is_token_list(value) or (
-        isinstance(value, list) and len(value) > 0
-        and all(isinstance(x, str) or _is_token_list(x) for x in value))
+    ok = (
+        isinstance(value, str)
+        or _is_token_list(value)
+        or (
+            isinstance(value, list)
+            and len(value) > 0
+            and all(isinstance(x, str) or _is_token_list(x) for x in value)
+        )
+    )
     _check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
 
 
@@ -219,8 +262,13 @@ def _normalize(value: Any) -> Any:
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, integral floats written as ints, non-ASCII kept."""
-    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        _normalize(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
 
 
 def _digest(text: str) -> str:
@@ -361,8 +409,9 @@ class TenantResolver:
     share one tenant, ``group:<name>``.
     """
 
-    def __init__(self, secret: str | bytes, groups: Mapping[str, Iterable[str]] | None = None
-                 ) -> None:
+    def __init__(
+        self, secret: str | bytes, groups: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         # BLAKE2b keys are at most 64 bytes; longer secrets are hashed down first.
         self._secret = raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
@@ -396,8 +445,9 @@ class TenantResolver:
 # ---------------------------------------------------------------------- responses
 
 
-def cacheable_response(endpoint: str, status: int, body: Any, *, cache_length: bool = False
-                       ) -> tuple[bool, str]:
+def cacheable_response(
+    endpoint: str, status: int, body: Any, *, cache_length: bool = False
+) -> tuple[bool, str]:
     """Whether an upstream answer may be stored, and why not: 2xx, a JSON object without
     ``error``, of the endpoint's object type, every choice finished (``finish_reason`` not
     ``null``; not ``length`` unless ``cache_length``; never ``content_filter``)."""
@@ -407,8 +457,11 @@ def cacheable_response(endpoint: str, status: int, body: Any, *, cache_length: b
         return False, "error body"
     if endpoint == EMBEDDINGS:
         data = body.get("data")
-        ok = isinstance(data, list) and bool(data) and all(
-            isinstance(d, dict) and d.get("embedding") is not None for d in data)
+        ok = (
+            isinstance(data, list)
+            and bool(data)
+            and all(isinstance(d, dict) and d.get("embedding") is not None for d in data)
+        )
         return (True, "") if ok else (False, "no embeddings")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:

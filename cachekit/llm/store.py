@@ -126,16 +126,21 @@ class LLMCacheConfig:
 
             build_policy(self.policy, self.policy_setting)  # ValueError naming the known ones
         if self.policy != "threshold" and self.threshold is not None:
-            raise ValueError(f"threshold applies to the threshold policy; the {self.policy} "
-                             "policy takes policy_setting")
+            raise ValueError(
+                f"threshold applies to the threshold policy; the {self.policy} "
+                "policy takes policy_setting"
+            )
         for name, keys in self.shared_scope.items():
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
                 raise ValueError(f"shared_scope.{name} must be a list of keys")
 
     def tenants(self) -> TenantResolver:
         """The tenant resolver these settings describe."""
-        secret = (self.tenant_secret or os.environ.get("CACHEKIT_TENANT_SECRET")
-                  or f"cachekit-tenant:{self.namespace}")
+        secret = (
+            self.tenant_secret
+            or os.environ.get("CACHEKIT_TENANT_SECRET")
+            or f"cachekit-tenant:{self.namespace}"
+        )
         return TenantResolver(secret, self.shared_scope)
 
 
@@ -164,10 +169,19 @@ class LLMCache:
     any embedder accepted by ``@cache.semantic`` (replay passes precomputed vectors this way).
     """
 
-    def __init__(self, cache: Cache, *, ttl: float = 3600.0, threshold: float | None = None,
-                 semantic: bool = True, embedder: Any = None, capacity: int = 100_000,
-                 cache_length: bool = False, name: str = SEMANTIC_NAME,
-                 policy: Any = None) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        ttl: float = 3600.0,
+        threshold: float | None = None,
+        semantic: bool = True,
+        embedder: Any = None,
+        capacity: int = 100_000,
+        cache_length: bool = False,
+        name: str = SEMANTIC_NAME,
+        policy: Any = None,
+    ) -> None:
         self.cache = cache
         self.ttl = float(ttl)
         self.threshold = threshold
@@ -188,9 +202,15 @@ class LLMCache:
         fn = self._async_fn if asynchronous else self._sync_fn
         if fn is None:
             fn = self.cache.semantic(
-                _asemantic_only if asynchronous else _semantic_only, threshold=self.threshold,
-                policy=self.policy, ttl=self.ttl, scope=_scope_of, embedder=self._embedder,
-                name=self._name, capacity=self._capacity)
+                _asemantic_only if asynchronous else _semantic_only,
+                threshold=self.threshold,
+                policy=self.policy,
+                ttl=self.ttl,
+                scope=_scope_of,
+                embedder=self._embedder,
+                name=self._name,
+                capacity=self._capacity,
+            )
             if asynchronous:
                 self._async_fn = fn
             else:
@@ -220,13 +240,20 @@ class LLMCache:
 
     # ------------------------------------------------------------------ helpers
 
-    def request(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None, *,
-                endpoint: str = CHAT, namespace: str = "") -> LLMRequest:
+    def request(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+    ) -> LLMRequest:
         """``request`` prepared (validated, keyed); an :class:`LLMRequest` is returned as is."""
         if isinstance(request, LLMRequest):
             return request
-        return prepare(endpoint, dict(request), tenant if tenant is not None else "anonymous",
-                       namespace)
+        return prepare(
+            endpoint, dict(request), tenant if tenant is not None else "anonymous", namespace
+        )
 
     def _unwrap(self, value: Any, max_age: float | None) -> tuple[dict[str, Any], float] | None:
         if not isinstance(value, dict) or not isinstance(value.get("r"), dict):
@@ -244,12 +271,16 @@ class LLMCache:
         now = self.cache.clock()
         return {"r": dict(response), "t": now, "e": None if ttl is None else now + ttl}
 
-    def _semantic_result(self, r: Any, max_age: float | None, min_similarity: float | None
-                         ) -> CacheLookup:
+    def _semantic_result(
+        self, r: Any, max_age: float | None, min_similarity: float | None
+    ) -> CacheLookup:
         if not r.hit:
             return CacheLookup(Status.MISS, similarity=r.similarity)
-        if (r.status is Status.SEMANTIC_HIT and min_similarity is not None
-                and (r.similarity or 0.0) < min_similarity):
+        if (
+            r.status is Status.SEMANTIC_HIT
+            and min_similarity is not None
+            and (r.similarity or 0.0) < min_similarity
+        ):
             return CacheLookup(Status.MISS, similarity=r.similarity)
         found = self._unwrap(r.value, max_age)
         if found is None:
@@ -268,9 +299,17 @@ class LLMCache:
 
     # ------------------------------------------------------------------ sync
 
-    def lookup(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None, *,
-               endpoint: str = CHAT, namespace: str = "", max_age: float | None = None,
-               min_similarity: float | None = None, semantic: bool = True) -> CacheLookup:
+    def lookup(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+        max_age: float | None = None,
+        min_similarity: float | None = None,
+        semantic: bool = True,
+    ) -> CacheLookup:
         """Exact entry first, then (for requests with a semantic text) the semantic tier.
         ``max_age``: only entries younger than that (s). ``min_similarity``: a semantic hit
         must reach it as well as the policy's own bar (it can only raise the bar)."""
@@ -287,9 +326,17 @@ class LLMCache:
             log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
             return _MISS
 
-    def store(self, request: Mapping[str, Any] | LLMRequest, response: Mapping[str, Any],
-              tenant: str | None = None, *, endpoint: str = CHAT, namespace: str = "",
-              ttl: float | None = None, semantic: bool = True) -> bool:
+    def store(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        response: Mapping[str, Any],
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+        ttl: float | None = None,
+        semantic: bool = True,
+    ) -> bool:
         """Store a complete response (check it with :func:`rules.cacheable_response` first).
         Returns whether the exact entry was written."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
@@ -305,10 +352,17 @@ class LLMCache:
 
     # ------------------------------------------------------------------ async
 
-    async def alookup(self, request: Mapping[str, Any] | LLMRequest, tenant: str | None = None,
-                      *, endpoint: str = CHAT, namespace: str = "",
-                      max_age: float | None = None, min_similarity: float | None = None,
-                      semantic: bool = True) -> CacheLookup:
+    async def alookup(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+        max_age: float | None = None,
+        min_similarity: float | None = None,
+        semantic: bool = True,
+    ) -> CacheLookup:
         """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
         try:
@@ -323,10 +377,17 @@ class LLMCache:
             log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
             return _MISS
 
-    async def astore(self, request: Mapping[str, Any] | LLMRequest,
-                     response: Mapping[str, Any], tenant: str | None = None, *,
-                     endpoint: str = CHAT, namespace: str = "", ttl: float | None = None,
-                     semantic: bool = True) -> bool:
+    async def astore(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        response: Mapping[str, Any],
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+        ttl: float | None = None,
+        semantic: bool = True,
+    ) -> bool:
         """:meth:`store` for asyncio callers."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
         value = self._wrap(response, self.entry_ttl(ttl))
@@ -377,9 +438,13 @@ def answer_text(value: Any) -> str | None:
     return "\n".join(parts)
 
 
-def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
-                cache: Cache | None = None, clock: Callable[[], float] | None = None
-                ) -> LLMCache:
+def build_cache(
+    config: LLMCacheConfig | None = None,
+    *,
+    embedder: Any = None,
+    cache: Cache | None = None,
+    clock: Callable[[], float] | None = None,
+) -> LLMCache:
     """The :class:`LLMCache` that ``config`` describes: a :class:`~cachekit.Cache` on its Redis
     (or in-process only), namespace and TTL, and its semantic settings. ``embedder`` replaces the
     default model (tests, precomputed vectors); ``cache`` an already built cache."""
@@ -389,16 +454,29 @@ def build_cache(config: LLMCacheConfig | None = None, *, embedder: Any = None,
         kwargs: dict[str, Any] = {}
         if clock is not None:
             kwargs["clock"] = clock
-        cache = Cache(redis_url=config.redis_url, redis_cluster_url=config.redis_cluster_url,
-                      namespace=config.namespace, default_ttl=config.ttl,
-                      redis_timeout=config.redis_timeout, l1_max_entries=config.l1_max_entries,
-                      **kwargs)
+        cache = Cache(
+            redis_url=config.redis_url,
+            redis_cluster_url=config.redis_cluster_url,
+            namespace=config.namespace,
+            default_ttl=config.ttl,
+            redis_timeout=config.redis_timeout,
+            l1_max_entries=config.l1_max_entries,
+            **kwargs,
+        )
     policy = None
     if config.semantic and config.policy != "threshold":
         from cachekit.semantic.policies import build_policy
 
-        policy = build_policy(config.policy, config.policy_setting,
-                              comparator=AnswerComparator(embedder))
-    return LLMCache(cache, ttl=config.ttl, threshold=config.threshold, semantic=config.semantic,
-                    embedder=embedder, capacity=config.capacity, cache_length=config.cache_length,
-                    policy=policy)
+        policy = build_policy(
+            config.policy, config.policy_setting, comparator=AnswerComparator(embedder)
+        )
+    return LLMCache(
+        cache,
+        ttl=config.ttl,
+        threshold=config.threshold,
+        semantic=config.semantic,
+        embedder=embedder,
+        capacity=config.capacity,
+        cache_length=config.cache_length,
+        policy=policy,
+    )

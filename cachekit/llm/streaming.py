@@ -36,8 +36,17 @@ def sse_event(obj: Any) -> bytes:
 
 
 class _Choice:
-    __slots__ = ("content", "finish_reason", "function_call", "logprobs", "reasoning",
-                 "reasoning_key", "refusal", "role", "tool_calls")
+    __slots__ = (
+        "content",
+        "finish_reason",
+        "function_call",
+        "logprobs",
+        "reasoning",
+        "reasoning_key",
+        "refusal",
+        "role",
+        "tool_calls",
+    )
 
     def __init__(self) -> None:
         self.role: str | None = None
@@ -72,7 +81,8 @@ class _Choice:
     def _add_tool_call(self, tc: dict[str, Any]) -> None:
         idx = tc.get("index", len(self.tool_calls))
         cur = self.tool_calls.setdefault(
-            idx, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            idx, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
         if tc.get("id"):
             cur["id"] = tc["id"]
         if tc.get("type"):
@@ -90,8 +100,10 @@ class _Choice:
                 self.logprobs.setdefault(key, []).extend(items)
 
     def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": self.role or "assistant",
-                               "content": "".join(self.content) if self.content else None}
+        msg: dict[str, Any] = {
+            "role": self.role or "assistant",
+            "content": "".join(self.content) if self.content else None,
+        }
         if self.reasoning:
             msg[self.reasoning_key] = "".join(self.reasoning)
         if self.refusal:
@@ -135,7 +147,7 @@ class StreamAssembler:
             cut = self._next_boundary()
             if cut is None:
                 return out
-            event, self._buf = self._buf[: cut[0]], self._buf[cut[1]:]
+            event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
             out.append((event + b"\n\n", self._event(event)))
 
     def _next_boundary(self) -> tuple[int, int] | None:
@@ -147,8 +159,11 @@ class StreamAssembler:
         return best
 
     def _event(self, event: bytes) -> dict[str, Any] | None:
-        lines = [ln[5:].lstrip() for ln in event.replace(b"\r\n", b"\n").split(b"\n")
-                 if ln.startswith(b"data:")]
+        lines = [
+            ln[5:].lstrip()
+            for ln in event.replace(b"\r\n", b"\n").split(b"\n")
+            if ln.startswith(b"data:")
+        ]
         if not lines:
             return None  # comments, keep-alives, event:/id: lines alone
         payload = b"\n".join(lines)
@@ -193,15 +208,21 @@ class StreamAssembler:
 
     @property
     def complete(self) -> bool:
-        return (self.done and not self.broken and bool(self._choices)
-                and all(c.finish_reason is not None for c in self._choices.values()))
+        return (
+            self.done
+            and not self.broken
+            and bool(self._choices)
+            and all(c.finish_reason is not None for c in self._choices.values())
+        )
 
     def result(self) -> dict[str, Any] | None:
         """The assembled completion, or ``None`` when nothing usable arrived."""
         if not self._choices:
             return None
-        is_text = self.object == "text_completion" or (bool(self._texts) and not any(
-            c.role or c.content or c.tool_calls for c in self._choices.values()))
+        is_text = self.object == "text_completion" or (
+            bool(self._texts)
+            and not any(c.role or c.content or c.tool_calls for c in self._choices.values())
+        )
         out: dict[str, Any] = {
             "id": self._meta.get("id", ""),
             "object": "text_completion" if is_text else "chat.completion",
@@ -219,10 +240,18 @@ class StreamAssembler:
     def _choice_out(self, i: int, is_text: bool) -> dict[str, Any]:
         ch = self._choices[i]
         if is_text:
-            return {"index": i, "text": "".join(self._texts.get(i, [])),
-                    "logprobs": ch.logprobs, "finish_reason": ch.finish_reason}
-        return {"index": i, "message": ch.message(), "logprobs": ch.logprobs,
-                "finish_reason": ch.finish_reason}
+            return {
+                "index": i,
+                "text": "".join(self._texts.get(i, [])),
+                "logprobs": ch.logprobs,
+                "finish_reason": ch.finish_reason,
+            }
+        return {
+            "index": i,
+            "message": ch.message(),
+            "logprobs": ch.logprobs,
+            "finish_reason": ch.finish_reason,
+        }
 
 
 def split_text(text: str, pieces: int = 8) -> list[str]:
@@ -232,15 +261,16 @@ def split_text(text: str, pieces: int = 8) -> list[str]:
     if not words:
         return [text] if text else []
     per = max(1, -(-len(words) // max(1, pieces)))
-    return ["".join(words[i:i + per]) for i in range(0, len(words), per)]
+    return ["".join(words[i : i + per]) for i in range(0, len(words), per)]
 
 
 def _chunk(base: dict[str, Any], choices: list[dict[str, Any]]) -> dict[str, Any]:
     return {**base, "choices": choices}
 
 
-def _chat_choice_chunks(base: dict[str, Any], choice: dict[str, Any], pieces: int
-                        ) -> Iterator[dict[str, Any]]:
+def _chat_choice_chunks(
+    base: dict[str, Any], choice: dict[str, Any], pieces: int
+) -> Iterator[dict[str, Any]]:
     i = choice.get("index", 0)
     msg = choice.get("message") or {}
 
@@ -257,35 +287,68 @@ def _chat_choice_chunks(base: dict[str, Any], choice: dict[str, Any], pieces: in
         yield delta({"refusal": msg["refusal"]})
     for j, tc in enumerate(msg.get("tool_calls") or ()):
         fn = tc.get("function") or {}
-        yield delta({"tool_calls": [{"index": j, "id": tc.get("id"), "type": tc.get("type",
-                     "function"), "function": {"name": fn.get("name", ""), "arguments": ""}}]})
+        yield delta(
+            {
+                "tool_calls": [
+                    {
+                        "index": j,
+                        "id": tc.get("id"),
+                        "type": tc.get("type", "function"),
+                        "function": {"name": fn.get("name", ""), "arguments": ""},
+                    }
+                ]
+            }
+        )
         for part in split_text(fn.get("arguments") or "", max(2, pieces // 2)):
             yield delta({"tool_calls": [{"index": j, "function": {"arguments": part}}]})
     if msg.get("function_call"):
         yield delta({"function_call": msg["function_call"]})
-    yield _chunk(base, [{"index": i, "delta": {}, "logprobs": choice.get("logprobs"),
-                         "finish_reason": choice.get("finish_reason")}])
+    yield _chunk(
+        base,
+        [
+            {
+                "index": i,
+                "delta": {},
+                "logprobs": choice.get("logprobs"),
+                "finish_reason": choice.get("finish_reason"),
+            }
+        ],
+    )
 
 
-def _text_choice_chunks(base: dict[str, Any], choice: dict[str, Any], pieces: int
-                        ) -> Iterator[dict[str, Any]]:
+def _text_choice_chunks(
+    base: dict[str, Any], choice: dict[str, Any], pieces: int
+) -> Iterator[dict[str, Any]]:
     i = choice.get("index", 0)
     for part in split_text(choice.get("text") or "", pieces):
         yield _chunk(base, [{"index": i, "text": part, "logprobs": None, "finish_reason": None}])
-    yield _chunk(base, [{"index": i, "text": "", "logprobs": choice.get("logprobs"),
-                         "finish_reason": choice.get("finish_reason")}])
+    yield _chunk(
+        base,
+        [
+            {
+                "index": i,
+                "text": "",
+                "logprobs": choice.get("logprobs"),
+                "finish_reason": choice.get("finish_reason"),
+            }
+        ],
+    )
 
 
-def completion_chunks(completion: dict[str, Any], *, include_usage: bool = False,
-                      pieces: int = 8) -> list[dict[str, Any]]:
+def completion_chunks(
+    completion: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
+) -> list[dict[str, Any]]:
     """A stored ``chat.completion`` (or ``text_completion``) as the chunk objects a real stream
     would carry: a role chunk, content in about ``pieces`` parts (reasoning first, then content,
     refusal, tool calls with their arguments in parts), a finish chunk per choice, and, when
     ``include_usage``, a final chunk with ``choices: []`` and the usage."""
     is_text = completion.get("object") == "text_completion"
-    base = {"id": completion.get("id", ""),
-            "object": "text_completion" if is_text else "chat.completion.chunk",
-            "created": completion.get("created", 0), "model": completion.get("model", "")}
+    base = {
+        "id": completion.get("id", ""),
+        "object": "text_completion" if is_text else "chat.completion.chunk",
+        "created": completion.get("created", 0),
+        "model": completion.get("model", ""),
+    }
     if completion.get("system_fingerprint") is not None:
         base["system_fingerprint"] = completion["system_fingerprint"]
     out: list[dict[str, Any]] = []
@@ -297,8 +360,9 @@ def completion_chunks(completion: dict[str, Any], *, include_usage: bool = False
     return out
 
 
-def sse_stream(completion: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
-               ) -> Iterator[bytes]:
+def sse_stream(
+    completion: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
+) -> Iterator[bytes]:
     """:func:`completion_chunks` as SSE events, then ``data: [DONE]``."""
     for chunk in completion_chunks(completion, include_usage=include_usage, pieces=pieces):
         yield sse_event(chunk)

@@ -48,16 +48,27 @@ __all__ = ["Controls", "Proxy", "app_from_env", "create_app", "parse_controls"]
 
 log = logging.getLogger("cachekit.proxy")
 
-_HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "trailers", "transfer-encoding", "upgrade", "host", "content-length",
-})
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 _UPSTREAM_DROP_RESPONSE = frozenset({*_HOP_BY_HOP, "date", "server", "content-encoding"})
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
 _JSON = "application/json"
-_MEMO_SIZE = 4096         # prepared requests remembered (a pure function of these inputs)
-_MEMO_MAX_BODY = 16_384   # bytes; larger bodies are prepared every time
+_MEMO_SIZE = 4096  # prepared requests remembered (a pure function of these inputs)
+_MEMO_MAX_BODY = 16_384  # bytes; larger bodies are prepared every time
 
 
 try:  # a faster encoder for answers when installed (the proxy extra installs it)
@@ -79,14 +90,21 @@ try:  # a faster encoder for answers when installed (the proxy extra installs it
         return body
 
 except ImportError:  # pragma: no cover - depends on the environment
+
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
     _loads = parse_body
 
 
-def error_response(status: int, message: str, *, type: str = "invalid_request_error",
-                   code: str | None = None, param: str | None = None) -> Response:
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> Response:
     """An OpenAI-style error body with ``status``."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
     return Response(_dumps(body), status_code=status, media_type=_JSON)
@@ -99,8 +117,8 @@ def error_response(status: int, message: str, *, type: str = "invalid_request_er
 class Controls:
     """What a request's headers ask of the cache."""
 
-    no_cache: bool = False      # skip the lookup, still store
-    no_store: bool = False      # look up, never store
+    no_cache: bool = False  # skip the lookup, still store
+    no_store: bool = False  # look up, never store
     only_if_cached: bool = False  # a miss is answered 504, never sent upstream
     max_age: float | None = None
     ttl: float | None = None
@@ -111,8 +129,9 @@ class Controls:
 _DEFAULT_CONTROLS = Controls()
 
 
-def _number(headers: Mapping[str, str], name: str, low: float, high: float,
-            low_open: bool) -> float | None:
+def _number(
+    headers: Mapping[str, str], name: str, low: float, high: float, low_open: bool
+) -> float | None:
     raw = headers.get(name)
     if raw is None:
         return None
@@ -122,9 +141,11 @@ def _number(headers: Mapping[str, str], name: str, low: float, high: float,
         value = float("nan")
     ok = (value > low if low_open else value >= low) and value <= high
     if not ok:
-        raise RequestError(f"header {name} must be a number in "
-                           f"{'(' if low_open else '['}{low:g}, {high:g}], got {raw!r}",
-                           param=name)
+        raise RequestError(
+            f"header {name} must be a number in "
+            f"{'(' if low_open else '['}{low:g}, {high:g}], got {raw!r}",
+            param=name,
+        )
     return value
 
 
@@ -132,8 +153,9 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
     """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
     ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
     cc = headers.get("cache-control")
-    if cc is None and not any(h in headers for h in (
-            "x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")):
+    if cc is None and not any(
+        h in headers for h in ("x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")
+    ):
         return _DEFAULT_CONTROLS
     no_cache = no_store = only_if_cached = False
     max_age: float | None = None
@@ -148,21 +170,32 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
         elif directive.startswith("max-age="):
             value = directive[8:].strip().strip('"')
             if not value.isdigit():
-                raise RequestError(f"Cache-Control max-age must be whole seconds, got {value!r}",
-                                   param="cache-control")
+                raise RequestError(
+                    f"Cache-Control max-age must be whole seconds, got {value!r}",
+                    param="cache-control",
+                )
             max_age = float(value)
     namespace = headers.get("x-cachekit-namespace", "")
     if namespace and not _NAMESPACE.fullmatch(namespace):
-        raise RequestError("header x-cachekit-namespace must be 1-64 characters of "
-                           "A-Z a-z 0-9 . _ : -", param="x-cachekit-namespace")
-    return Controls(no_cache, no_store, only_if_cached, max_age,
-                    _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
-                    _number(headers, "x-cachekit-threshold", 0.0, 1.0, True), namespace)
+        raise RequestError(
+            "header x-cachekit-namespace must be 1-64 characters of A-Z a-z 0-9 . _ : -",
+            param="x-cachekit-namespace",
+        )
+    return Controls(
+        no_cache,
+        no_store,
+        only_if_cached,
+        max_age,
+        _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
+        _number(headers, "x-cachekit-threshold", 0.0, 1.0, True),
+        namespace,
+    )
 
 
 def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> dict[str, str]:
-    out = {k: v for k, v in headers.items()
-           if k not in _HOP_BY_HOP and not k.startswith("x-cachekit-")}
+    out = {
+        k: v for k, v in headers.items() if k not in _HOP_BY_HOP and not k.startswith("x-cachekit-")
+    }
     if identity:  # we parse the answer: ask for it uncompressed
         out["accept-encoding"] = "identity"
     return out
@@ -178,17 +211,19 @@ def _response_headers(headers: httpx.Headers, drop: frozenset[str]) -> dict[str,
 class Proxy:
     """The proxy's state and request handling; :func:`create_app` wires it into FastAPI."""
 
-    def __init__(self, config: ProxyConfig, llm: LLMCache | None = None,
-                 embedder: Any = None) -> None:
+    def __init__(
+        self, config: ProxyConfig, llm: LLMCache | None = None, embedder: Any = None
+    ) -> None:
         self.config = config
         settings = config.proxy
         upstream = settings.upstream.rstrip("/")
         # "https://api.openai.com/v1" and "https://api.openai.com" both mean the same server.
         self.upstream = upstream[:-3] if upstream.endswith("/v1") else upstream
         if llm is None:
-            llm = build_cache(config.cache,
-                              embedder=embedder if embedder is not None
-                              else load_embedder(settings.embedder))
+            llm = build_cache(
+                config.cache,
+                embedder=embedder if embedder is not None else load_embedder(settings.embedder),
+            )
         self.llm = llm
         self.tenants = config.cache.tenants()
         self.prices = config.cache.prices
@@ -203,9 +238,11 @@ class Proxy:
         s = self.config.proxy
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(s.upstream_timeout, connect=s.connect_timeout),
-            limits=httpx.Limits(max_connections=s.max_connections,
-                                max_keepalive_connections=s.max_connections),
-            follow_redirects=False)
+            limits=httpx.Limits(
+                max_connections=s.max_connections, max_keepalive_connections=s.max_connections
+            ),
+            follow_redirects=False,
+        )
         if self.llm.semantic_enabled:
             # Load the model and the shared index before the first request, not during it.
             await asyncio.to_thread(self.llm.warm, True, 10.0)
@@ -226,8 +263,11 @@ class Proxy:
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.proxy.max_body_bytes
-        too_large = RequestError(f"Request body too large: the limit is {limit} bytes.",
-                                 status=413, code="request_too_large")
+        too_large = RequestError(
+            f"Request body too large: the limit is {limit} bytes.",
+            status=413,
+            code="request_too_large",
+        )
         length = request.headers.get("content-length")
         if length is not None and length.isdigit():
             if int(length) > limit:
@@ -269,15 +309,20 @@ class Proxy:
         if controls.no_cache:
             outcome = "BYPASS"
         else:
-            found = await self.llm.alookup(req, max_age=controls.max_age,
-                                           min_similarity=controls.threshold)
+            found = await self.llm.alookup(
+                req, max_age=controls.max_age, min_similarity=controls.threshold
+            )
             if found.hit:
                 return self._hit(req, found, label, t0)
             outcome = "MISS"
         self.metrics.child(self.metrics.requests, label, outcome).inc()
         if controls.only_if_cached:
-            return error_response(504, "Not in the cache (Cache-Control: only-if-cached).",
-                                  type="cache_miss", code="not_cached")
+            return error_response(
+                504,
+                "Not in the cache (Cache-Control: only-if-cached).",
+                type="cache_miss",
+                code="not_cached",
+            )
         if req.stream and endpoint != EMBEDDINGS:
             return await self._stream_miss(request, req, raw, controls, outcome)
         return await self._miss(request, req, raw, controls, outcome)
@@ -295,23 +340,34 @@ class Proxy:
         metrics.saved(model, usage, self.prices.cost(model, usage))
         metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
         if req.stream and req.endpoint != EMBEDDINGS:
-            events = sse_stream(response, include_usage=req.include_usage,
-                                pieces=self.config.proxy.stream_pieces)
-            return StreamingResponse(_aiter(events), media_type="text/event-stream",
-                                     headers=headers)
+            events = sse_stream(
+                response, include_usage=req.include_usage, pieces=self.config.proxy.stream_pieces
+            )
+            return StreamingResponse(
+                _aiter(events), media_type="text/event-stream", headers=headers
+            )
         return Response(_dumps(response), media_type=_JSON, headers=headers)
 
     def _upstream_error(self, exc: Exception) -> Response:
         if isinstance(exc, httpx.TimeoutException):
             self.metrics.errors.labels("upstream_timeout").inc()
-            return error_response(504, f"The upstream did not answer in time ({exc!r}).",
-                                  type="upstream_error", code="upstream_timeout")
+            return error_response(
+                504,
+                f"The upstream did not answer in time ({exc!r}).",
+                type="upstream_error",
+                code="upstream_timeout",
+            )
         self.metrics.errors.labels("upstream_unreachable").inc()
-        return error_response(502, f"The upstream could not be reached ({exc!r}).",
-                              type="upstream_error", code="upstream_unreachable")
+        return error_response(
+            502,
+            f"The upstream could not be reached ({exc!r}).",
+            type="upstream_error",
+            code="upstream_unreachable",
+        )
 
-    async def _miss(self, request: Request, req: LLMRequest, raw: bytes, controls: Controls,
-                    outcome: str) -> Response:
+    async def _miss(
+        self, request: Request, req: LLMRequest, raw: bytes, controls: Controls, outcome: str
+    ) -> Response:
         assert self.client is not None
         url = self.upstream + req.endpoint
         headers = _forward_headers(request.headers, identity=True)
@@ -325,18 +381,20 @@ class Proxy:
         finally:
             inflight.leave()
             self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-                time.perf_counter() - t0)
+                time.perf_counter() - t0
+            )
         out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
         out["x-cachekit-cache"] = outcome
         task = None
         if not controls.no_store:
-            task = BackgroundTask(self._store_answer, req, resp.status_code, resp.content,
-                                  controls.ttl)
-        return Response(resp.content, status_code=resp.status_code, headers=out,
-                        background=task)
+            task = BackgroundTask(
+                self._store_answer, req, resp.status_code, resp.content, controls.ttl
+            )
+        return Response(resp.content, status_code=resp.status_code, headers=out, background=task)
 
-    async def _store_answer(self, req: LLMRequest, status: int, content: bytes,
-                            ttl: float | None) -> None:
+    async def _store_answer(
+        self, req: LLMRequest, status: int, content: bytes, ttl: float | None
+    ) -> None:
         try:
             body = json.loads(content) if 200 <= status < 300 else None
         except ValueError:
@@ -344,16 +402,18 @@ class Proxy:
         await self._store(req, status, body, ttl)
 
     async def _store(self, req: LLMRequest, status: int, body: Any, ttl: float | None) -> None:
-        ok, reason = cacheable_response(req.endpoint, status, body,
-                                        cache_length=self.llm.cache_length)
+        ok, reason = cacheable_response(
+            req.endpoint, status, body, cache_length=self.llm.cache_length
+        )
         if not ok:
             self.metrics.not_stored.labels(reason.split(" ")[0]).inc()
             return
         if await self.llm.astore(req, body, ttl=ttl):
             self.metrics.stored.inc()
 
-    async def _stream_miss(self, request: Request, req: LLMRequest, raw: bytes,
-                           controls: Controls, outcome: str) -> Response:
+    async def _stream_miss(
+        self, request: Request, req: LLMRequest, raw: bytes, controls: Controls, outcome: str
+    ) -> Response:
         assert self.client is not None
         inject = self.config.proxy.stream_usage and not req.include_usage
         content = raw
@@ -361,8 +421,11 @@ class Proxy:
             so = req.body.get("stream_options") or {}
             content = _dumps({**req.body, "stream_options": {**so, "include_usage": True}})
         upstream_req = self.client.build_request(
-            "POST", self.upstream + req.endpoint, content=content,
-            headers=_forward_headers(request.headers, identity=True))
+            "POST",
+            self.upstream + req.endpoint,
+            content=content,
+            headers=_forward_headers(request.headers, identity=True),
+        )
         inflight = self.metrics.inflight
         inflight.enter()
         t0 = time.perf_counter()
@@ -386,8 +449,9 @@ class Proxy:
         relay = self._relay(req, resp, inject, controls, t0)
         return StreamingResponse(relay, status_code=resp.status_code, headers=out)
 
-    async def _relay(self, req: LLMRequest, resp: httpx.Response, drop_usage: bool,
-                     controls: Controls, t0: float) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, req: LLMRequest, resp: httpx.Response, drop_usage: bool, controls: Controls, t0: float
+    ) -> AsyncIterator[bytes]:
         """Upstream events to the client as they arrive; the assembled answer is stored only
         if the stream completed. A broken upstream stream breaks the client's too."""
         asm = StreamAssembler()
@@ -405,7 +469,8 @@ class Proxy:
             await resp.aclose()
             self.metrics.inflight.leave()
             self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-                time.perf_counter() - t0)
+                time.perf_counter() - t0
+            )
             if not finished or not asm.complete:
                 self.metrics.not_stored.labels("incomplete_stream").inc()
             elif not controls.no_store:
@@ -421,8 +486,11 @@ class Proxy:
             url += "?" + request.url.query
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         upstream_req = self.client.build_request(
-            request.method, url, headers=_forward_headers(request.headers, identity=False),
-            content=request.stream() if has_body else None)
+            request.method,
+            url,
+            headers=_forward_headers(request.headers, identity=False),
+            content=request.stream() if has_body else None,
+        )
         inflight = self.metrics.inflight
         inflight.enter()
         try:
@@ -436,14 +504,22 @@ class Proxy:
             inflight.leave()
 
         # Raw bytes, encoding untouched: content-encoding and content-length stay valid.
-        headers = _response_headers(resp.headers, _HOP_BY_HOP - {"content-length"}
-                                    | {"date", "server"})
-        return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
-                                 headers=headers, background=BackgroundTask(close))
+        headers = _response_headers(
+            resp.headers, _HOP_BY_HOP - {"content-length"} | {"date", "server"}
+        )
+        return StreamingResponse(
+            resp.aiter_raw(),
+            status_code=resp.status_code,
+            headers=headers,
+            background=BackgroundTask(close),
+        )
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "redis": self.llm.cache.breaker_state,
-                "upstream_in_flight": self.metrics.inflight.now}
+        return {
+            "status": "ok",
+            "redis": self.llm.cache.breaker_state,
+            "upstream_in_flight": self.metrics.inflight.now,
+        }
 
 
 def _usage_only(chunk: Any) -> bool:
@@ -455,8 +531,9 @@ async def _aiter(items: Any) -> AsyncIterator[bytes]:
         yield item
 
 
-def create_app(config: ProxyConfig, *, llm: LLMCache | None = None,
-               embedder: Any = None) -> FastAPI:
+def create_app(
+    config: ProxyConfig, *, llm: LLMCache | None = None, embedder: Any = None
+) -> FastAPI:
     """The FastAPI app for ``config``. ``llm``: an already built cache (tests, embedding the
     proxy in another app); ``embedder``: replaces the configured one."""
     proxy = Proxy(config, llm, embedder)
@@ -469,8 +546,9 @@ def create_app(config: ProxyConfig, *, llm: LLMCache | None = None,
         finally:
             await proxy.stop()
 
-    app = FastAPI(title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.proxy = proxy
 
     @app.post(CHAT)
@@ -493,8 +571,9 @@ def create_app(config: ProxyConfig, *, llm: LLMCache | None = None,
     async def metrics() -> Response:
         return Response(proxy.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.api_route("/v1/{path:path}",
-                   methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+    @app.api_route(
+        "/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    )
     async def passthrough(request: Request) -> Response:
         return await proxy.passthrough(request)
 

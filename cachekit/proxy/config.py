@@ -60,8 +60,9 @@ class ProxyConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, config_file: str | Path | None = None,
-             overrides: Mapping[str, Any] | None = None) -> ProxyConfig:
+    def load(
+        cls, config_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> ProxyConfig:
         """Settings from ``config_file`` (TOML) with ``overrides`` on top: a flat mapping whose
         keys are ``ProxySettings`` or ``LLMCacheConfig`` field names (``None`` values skipped)."""
         data: dict[str, Any] = {}
@@ -83,8 +84,12 @@ class ProxyConfig:
             else:
                 cache_data[key] = value
         settings = ProxySettings(**proxy_table)
-        config = cls(settings, LLMCacheConfig.from_mapping(cache_data),
-                     None if config_file is None else str(config_file), dict(clean))
+        config = cls(
+            settings,
+            LLMCacheConfig.from_mapping(cache_data),
+            None if config_file is None else str(config_file),
+            dict(clean),
+        )
         config.check()
         return config
 

@@ -18,10 +18,23 @@ from prometheus_client.registry import Collector
 
 __all__ = ["InFlight", "ProxyMetrics"]
 
-_HIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                1.0)
-_UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                     120.0)
+_HIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_UPSTREAM_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
 
 
 class InFlight:
@@ -58,12 +71,16 @@ class _InFlightCollector(Collector):
         self._inflight = inflight
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily("cachekit_proxy_upstream_in_flight",
-                                "Upstream requests in flight now.", value=self._inflight.now)
+        yield GaugeMetricFamily(
+            "cachekit_proxy_upstream_in_flight",
+            "Upstream requests in flight now.",
+            value=self._inflight.now,
+        )
         yield GaugeMetricFamily(
             "cachekit_proxy_upstream_in_flight_avg",
             "Time average of upstream requests in flight since start (Little's law L).",
-            value=self._inflight.average())
+            value=self._inflight.average(),
+        )
 
 
 class ProxyMetrics:
@@ -73,35 +90,59 @@ class ProxyMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "cachekit_proxy_requests", "Requests to cached endpoints by cache outcome.",
-            ["endpoint", "cache"], registry=r)
+            "cachekit_proxy_requests",
+            "Requests to cached endpoints by cache outcome.",
+            ["endpoint", "cache"],
+            registry=r,
+        )
         self.passthrough = Counter(
-            "cachekit_proxy_passthrough_requests", "Requests passed through uncached.",
-            registry=r)
+            "cachekit_proxy_passthrough_requests", "Requests passed through uncached.", registry=r
+        )
         self.errors = Counter(
-            "cachekit_proxy_errors", "Requests answered with an error by the proxy itself.",
-            ["reason"], registry=r)
-        self.stored = Counter(
-            "cachekit_proxy_stored", "Upstream answers stored.", registry=r)
+            "cachekit_proxy_errors",
+            "Requests answered with an error by the proxy itself.",
+            ["reason"],
+            registry=r,
+        )
+        self.stored = Counter("cachekit_proxy_stored", "Upstream answers stored.", registry=r)
         self.not_stored = Counter(
-            "cachekit_proxy_not_stored", "Upstream answers not stored, by reason.",
-            ["reason"], registry=r)
+            "cachekit_proxy_not_stored",
+            "Upstream answers not stored, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.hit_latency = Histogram(
-            "cachekit_proxy_hit_latency_seconds", "Time to answer a cache hit.", ["kind"],
-            buckets=_HIT_BUCKETS, registry=r)
+            "cachekit_proxy_hit_latency_seconds",
+            "Time to answer a cache hit.",
+            ["kind"],
+            buckets=_HIT_BUCKETS,
+            registry=r,
+        )
         self.upstream_latency = Histogram(
             "cachekit_proxy_upstream_latency_seconds",
-            "Upstream call time (to the last byte of the answer).", ["endpoint"],
-            buckets=_UPSTREAM_BUCKETS, registry=r)
+            "Upstream call time (to the last byte of the answer).",
+            ["endpoint"],
+            buckets=_UPSTREAM_BUCKETS,
+            registry=r,
+        )
         self.tokens_saved = Counter(
-            "cachekit_proxy_tokens_saved", "Tokens not requested from the upstream thanks to hits.",
-            ["model", "type"], registry=r)
+            "cachekit_proxy_tokens_saved",
+            "Tokens not requested from the upstream thanks to hits.",
+            ["model", "type"],
+            registry=r,
+        )
         self.dollars_saved = Counter(
-            "cachekit_proxy_dollars_saved", "List-price dollars not spent thanks to hits.",
-            ["model"], registry=r)
+            "cachekit_proxy_dollars_saved",
+            "List-price dollars not spent thanks to hits.",
+            ["model"],
+            registry=r,
+        )
         self.unpriced_hits = Counter(
-            "cachekit_proxy_unpriced_hits", "Hits whose model or usage has no known price.",
-            ["model"], registry=r)
+            "cachekit_proxy_unpriced_hits",
+            "Hits whose model or usage has no known price.",
+            ["model"],
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.inflight = InFlight()
         r.register(_InFlightCollector(self.inflight))

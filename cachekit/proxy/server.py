@@ -16,8 +16,7 @@ def _shared_scope(value: str) -> tuple[str, list[str]]:
     name, sep, keys = value.partition("=")
     items = [k.strip() for k in keys.split(",") if k.strip()]
     if not sep or not name or not items:
-        raise argparse.ArgumentTypeError(
-            f"--shared-scope takes GROUP=KEY[,KEY...], got {value!r}")
+        raise argparse.ArgumentTypeError(f"--shared-scope takes GROUP=KEY[,KEY...], got {value!r}")
     return name, items
 
 
@@ -32,15 +31,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     redis.add_argument("--redis-cluster-url", help="share entries through this Redis Cluster")
     a("--threshold", type=float, help="semantic similarity bar in (0, 1] (default: library's)")
     a("--policy", help="semantic hit policy: threshold (default), verified or error-bounded")
-    a("--policy-setting", type=float,
-      help="the policy's setting (verified: minimum probability; error-bounded: max error)")
+    a(
+        "--policy-setting",
+        type=float,
+        help="the policy's setting (verified: minimum probability; error-bounded: max error)",
+    )
     a("--namespace", help="cache namespace (default llm)")
     a("--ttl", type=float, help="seconds an entry lives (default 3600)")
     a("--no-semantic", action="store_true", help="exact hits only (no embedding model)")
     a("--config", help="TOML file: cache settings at top level, proxy settings in [proxy]")
     a("--workers", type=int, help="uvicorn worker processes (default 1)")
-    a("--shared-scope", action="append", type=_shared_scope, metavar="GROUP=KEY[,KEY...]",
-      help="API keys (or sha256: fingerprints) that share one tenant; repeatable")
+    a(
+        "--shared-scope",
+        action="append",
+        type=_shared_scope,
+        metavar="GROUP=KEY[,KEY...]",
+        help="API keys (or sha256: fingerprints) that share one tenant; repeatable",
+    )
     a("--max-body-bytes", type=int, help="larger request bodies get 413 (default 4 MiB)")
     a("--upstream-timeout", type=float, help="seconds to wait for each upstream read")
     a("--embedder", help="module:callable returning the embedder (default: the bundled model)")
@@ -49,12 +56,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     overrides: dict[str, Any] = {
-        "upstream": args.upstream, "host": args.host, "port": args.port,
-        "redis_url": args.redis_url, "redis_cluster_url": args.redis_cluster_url,
-        "threshold": args.threshold, "namespace": args.namespace, "ttl": args.ttl,
-        "policy": args.policy, "policy_setting": args.policy_setting,
-        "workers": args.workers, "max_body_bytes": args.max_body_bytes,
-        "upstream_timeout": args.upstream_timeout, "embedder": args.embedder,
+        "upstream": args.upstream,
+        "host": args.host,
+        "port": args.port,
+        "redis_url": args.redis_url,
+        "redis_cluster_url": args.redis_cluster_url,
+        "threshold": args.threshold,
+        "namespace": args.namespace,
+        "ttl": args.ttl,
+        "policy": args.policy,
+        "policy_setting": args.policy_setting,
+        "workers": args.workers,
+        "max_body_bytes": args.max_body_bytes,
+        "upstream_timeout": args.upstream_timeout,
+        "embedder": args.embedder,
         "log_level": args.log_level,
     }
     if args.no_semantic:
@@ -71,7 +86,14 @@ def serve(config: ProxyConfig) -> int:
     s = config.proxy
     logging.basicConfig(level=s.log_level.upper())
     os.environ[ENV_VAR] = config.to_env()
-    uvicorn.run("cachekit.proxy.app:app_from_env", factory=True, host=s.host, port=s.port,
-                workers=s.workers, log_level=s.log_level, access_log=False,
-                timeout_graceful_shutdown=10)
+    uvicorn.run(
+        "cachekit.proxy.app:app_from_env",
+        factory=True,
+        host=s.host,
+        port=s.port,
+        workers=s.workers,
+        log_level=s.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
     return 0

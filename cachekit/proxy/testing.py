@@ -80,26 +80,42 @@ class FakeUpstream:
             answer = f"Answer #{self._answer_number()} to: {text}"
             words += len(answer.split())
             if not chat:
-                choices.append({"index": i, "text": answer, "logprobs": None,
-                                "finish_reason": finish})
+                choices.append(
+                    {"index": i, "text": answer, "logprobs": None, "finish_reason": finish}
+                )
                 continue
             msg: dict[str, Any] = {"role": "assistant", "content": answer, "refusal": None}
             if body.get("tools"):
                 name = body["tools"][0].get("function", {}).get("name", "tool")
-                msg = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
-                    {"id": f"call_{i}", "type": "function",
-                     "function": {"name": name, "arguments": json.dumps({"q": text})}}]}
+                msg = {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps({"q": text})},
+                        }
+                    ],
+                }
                 finish = "tool_calls"
-            choices.append({"index": i, "message": msg, "logprobs": None,
-                            "finish_reason": finish})
+            choices.append({"index": i, "message": msg, "logprobs": None, "finish_reason": finish})
         prompt_tokens = len(text.split())
         completion_tokens = words
-        return {"id": f"chatcmpl-{self.answers}",
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()), "model": model, "system_fingerprint": "fp_fake",
-                "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
+        return {
+            "id": f"chatcmpl-{self.answers}",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": "fp_fake",
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
 
     def _chunks(self, done: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
         base = {k: done[k] for k in ("id", "created", "model", "system_fingerprint")}
@@ -109,8 +125,13 @@ class FakeUpstream:
             i, msg = c["index"], c["message"]
 
             def delta(d: dict[str, Any], finish: str | None = None, i: int = i) -> dict[str, Any]:
-                return {**base, "choices": [{"index": i, "delta": d, "logprobs": None,
-                                             "finish_reason": finish}]}
+                return {
+                    **base,
+                    "choices": [
+                        {"index": i, "delta": d, "logprobs": None, "finish_reason": finish}
+                    ],
+                }
+
             out.append(delta({"role": "assistant", "content": ""}))
             for word in (msg.get("content") or "").split(" "):
                 out.append(delta({"content": word + " "}))
@@ -119,12 +140,31 @@ class FakeUpstream:
                 last["content"] = last["content"][:-1]
             for j, tc in enumerate(msg.get("tool_calls") or ()):
                 fn = tc["function"]
-                out.append(delta({"tool_calls": [{"index": j, "id": tc["id"], "type": "function",
-                                  "function": {"name": fn["name"], "arguments": ""}}]}))
+                out.append(
+                    delta(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": j,
+                                    "id": tc["id"],
+                                    "type": "function",
+                                    "function": {"name": fn["name"], "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                )
                 args = fn["arguments"]
                 for k in range(0, len(args), 5):
-                    out.append(delta({"tool_calls": [
-                        {"index": j, "function": {"arguments": args[k:k + 5]}}]}))
+                    out.append(
+                        delta(
+                            {
+                                "tool_calls": [
+                                    {"index": j, "function": {"arguments": args[k : k + 5]}}
+                                ]
+                            }
+                        )
+                    )
             out.append(delta({}, c["finish_reason"]))
         if include_usage:
             out.append({**base, "choices": [], "usage": done["usage"]})
@@ -135,11 +175,16 @@ class FakeUpstream:
         data = []
         for i, text in enumerate(inputs):
             digest = hashlib.sha256(str(text).encode()).digest()
-            data.append({"object": "embedding", "index": i,
-                         "embedding": [b / 255.0 for b in digest[:8]]})
+            data.append(
+                {"object": "embedding", "index": i, "embedding": [b / 255.0 for b in digest[:8]]}
+            )
         tokens = sum(len(str(t).split()) for t in inputs)
-        return {"object": "list", "data": data, "model": body.get("model"),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _build(self) -> Any:
         app = FastAPI()
@@ -150,16 +195,32 @@ class FakeUpstream:
                 body = json.loads(raw) if raw else {}
             except ValueError:
                 body = {}
-            self.calls.append({"path": request.url.path, "method": request.method,
-                               "headers": dict(request.headers), "body": body, "raw": raw,
-                               "query": request.url.query})
+            self.calls.append(
+                {
+                    "path": request.url.path,
+                    "method": request.method,
+                    "headers": dict(request.headers),
+                    "body": body,
+                    "raw": raw,
+                    "query": request.url.query,
+                }
+            )
             if self.latency:
                 await asyncio.sleep(self.latency)
             return body, raw
 
         def error(status: int, message: str) -> Response:
-            return JSONResponse({"error": {"message": message, "type": "server_error",
-                                           "param": None, "code": None}}, status_code=status)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": message,
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                status_code=status,
+            )
 
         async def generate(body: dict[str, Any], chat: bool) -> Response:
             model = body.get("model")
@@ -173,8 +234,11 @@ class FakeUpstream:
                     return error(502, "broken")
                 return JSONResponse(done)
             include = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = self._chunks(done, include) if chat else [
-                {**done, "choices": [c]} for c in done["choices"]]
+            chunks = (
+                self._chunks(done, include)
+                if chat
+                else [{**done, "choices": [c]} for c in done["choices"]]
+            )
             broken = model == "fake-break"
             gated = model == "fake-gated"
 
@@ -210,17 +274,35 @@ class FakeUpstream:
         @app.get("/v1/models")
         async def models(request: Request) -> Response:
             await record(request)
-            return JSONResponse({"object": "list", "data": [
-                {"id": "fake-model", "object": "model", "created": 0, "owned_by": "cachekit"}]})
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": "fake-model",
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "cachekit",
+                        }
+                    ],
+                }
+            )
 
         @app.api_route("/v1/echo/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
         async def echo(request: Request) -> Response:
             _, raw = await record(request)
             status = int(request.query_params.get("status", "200"))
-            return JSONResponse({"method": request.method, "path": request.url.path,
-                                 "query": request.url.query, "body": raw.decode(errors="replace"),
-                                 "headers": dict(request.headers)}, status_code=status,
-                                headers={"x-upstream": "fake"})
+            return JSONResponse(
+                {
+                    "method": request.method,
+                    "path": request.url.path,
+                    "query": request.url.query,
+                    "body": raw.decode(errors="replace"),
+                    "headers": dict(request.headers),
+                },
+                status_code=status,
+                headers={"x-upstream": "fake"},
+            )
 
         @app.get("/v1/stream-echo")
         async def stream_echo(request: Request) -> Response:
@@ -251,11 +333,11 @@ class UpstreamServer:
         self._sock.bind(("127.0.0.1", port))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(upstream.app, log_level="warning", access_log=False,
-                                lifespan="off")
+        config = uvicorn.Config(upstream.app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self._sock]}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
 
     def start(self, timeout: float = 10.0) -> UpstreamServer:
         self._thread.start()
@@ -279,8 +361,13 @@ def main() -> None:  # pragma: no cover - benchmark helper
     args = parser.parse_args()
     import uvicorn
 
-    uvicorn.run(FakeUpstream(latency=args.latency).app, host="127.0.0.1", port=args.port,
-                log_level="warning", access_log=False)
+    uvicorn.run(
+        FakeUpstream(latency=args.latency).app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

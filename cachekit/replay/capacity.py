@@ -83,8 +83,7 @@ def _queue(load: float, mean_service: float, c: int | None) -> _Queue | None:
     return _Queue(erlang_c(c, load), (c - load) / mean_service)
 
 
-def latency_quantile(q: float, hit_s: np.ndarray, miss_base_s: np.ndarray,
-                     queue: _Queue) -> float:
+def latency_quantile(q: float, hit_s: np.ndarray, miss_base_s: np.ndarray, queue: _Queue) -> float:
     """The ``q`` quantile of a mixture: hits take ``hit_s``; misses take ``miss_base_s`` (their
     fixed part) plus a wait that is 0 with probability ``1 - C`` and else exponential."""
     n = hit_s.size + miss_base_s.size
@@ -211,8 +210,14 @@ class Capacity:
         }
 
 
-def _side(rate: float | None, share: float, service_s: np.ndarray, hit_s: np.ndarray,
-          miss_overhead_s: np.ndarray, c: int | None) -> Side:
+def _side(
+    rate: float | None,
+    share: float,
+    service_s: np.ndarray,
+    hit_s: np.ndarray,
+    miss_overhead_s: np.ndarray,
+    c: int | None,
+) -> Side:
     """``share`` of the traffic goes upstream, taking ``service_s``; hits take ``hit_s``."""
     mean = float(service_s.mean()) if service_s.size else None
     up_rate = rate * share if rate is not None else None
@@ -223,8 +228,10 @@ def _side(rate: float | None, share: float, service_s: np.ndarray, hit_s: np.nda
     latency: dict[str, float | None] = {"p50": None, "p99": None}
     if queue is not None and (service_s.size or hit_s.size):
         base = service_s + miss_overhead_s
-        latency = {p: latency_quantile(q, hit_s, base, queue) * 1000.0
-                   for p, q in (("p50", 0.50), ("p99", 0.99))}
+        latency = {
+            p: latency_quantile(q, hit_s, base, queue) * 1000.0
+            for p, q in (("p50", 0.50), ("p99", 0.99))
+        }
     return Side(
         upstream_rps=up_rate,
         mean_upstream_latency_s=mean,
@@ -257,8 +264,9 @@ def capacity_report(
     over = np.asarray(overhead_ms, dtype=np.float64) / 1e3
     known = ~np.isnan(lat)
     miss_share = float(np.count_nonzero(~hits)) / n if n else 0.0
-    without = _side(rate, 1.0, lat[known], np.empty(0), np.zeros(int(known.sum())),
-                    upstream_concurrency)
+    without = _side(
+        rate, 1.0, lat[known], np.empty(0), np.zeros(int(known.sum())), upstream_concurrency
+    )
     misses = known & ~hits
     with_ = _side(rate, miss_share, lat[misses], over[hits], over[misses], upstream_concurrency)
     saved = None
@@ -266,13 +274,21 @@ def capacity_report(
         saved = 1.0 - with_.concurrency_needed / without.concurrency_needed
     out = Capacity(rate, rate_source, upstream_concurrency, without, with_, saved)
     if rate is not None and upstream_concurrency and known.any():
-        out.curve = _curve(rate, miss_share, lat[known], lat[misses], over[hits], over[misses],
-                           upstream_concurrency)
+        out.curve = _curve(
+            rate,
+            miss_share,
+            lat[known],
+            lat[misses],
+            over[hits],
+            over[misses],
+            upstream_concurrency,
+        )
     return out
 
 
-def _p99(rate: float, service_s: np.ndarray, hit_s: np.ndarray, overhead_s: np.ndarray,
-         c: int) -> float | None:
+def _p99(
+    rate: float, service_s: np.ndarray, hit_s: np.ndarray, overhead_s: np.ndarray, c: int
+) -> float | None:
     if not service_s.size:
         return None
     mean = float(service_s.mean())
@@ -282,16 +298,26 @@ def _p99(rate: float, service_s: np.ndarray, hit_s: np.ndarray, overhead_s: np.n
     return latency_quantile(0.99, hit_s, service_s + overhead_s, queue) * 1000.0
 
 
-def _curve(rate: float, miss_share: float, all_s: np.ndarray, miss_s: np.ndarray,
-           hit_over: np.ndarray, miss_over: np.ndarray, c: int
-           ) -> list[tuple[float, float | None, float | None]]:
+def _curve(
+    rate: float,
+    miss_share: float,
+    all_s: np.ndarray,
+    miss_s: np.ndarray,
+    hit_over: np.ndarray,
+    miss_over: np.ndarray,
+    c: int,
+) -> list[tuple[float, float | None, float | None]]:
     """p99 end-to-end latency as the traffic is scaled, with and without the cache."""
     top = c / (rate * float(all_s.mean())) * 1.05  # a little past the no-cache saturation
     if miss_s.size and miss_share > 0:
         top = max(top, min(c / (rate * miss_share * float(miss_s.mean())) * 1.05, top * 20))
     points = []
     for k in np.linspace(top / 40, top, 40):
-        points.append((float(k),
-                       _p99(rate * k, all_s, np.empty(0), np.zeros(all_s.size), c),
-                       _p99(rate * k * miss_share, miss_s, hit_over, miss_over, c)))
+        points.append(
+            (
+                float(k),
+                _p99(rate * k, all_s, np.empty(0), np.zeros(all_s.size), c),
+                _p99(rate * k * miss_share, miss_s, hit_over, miss_over, c),
+            )
+        )
     return points

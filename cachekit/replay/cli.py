@@ -21,13 +21,13 @@ def parse_sweep(spec: str) -> list[float]:
         start, stop, step = (float(x) for x in spec.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--sweep wants START:STOP:STEP, e.g. 0.70:0.98:0.02; got {spec!r}") from None
+            f"--sweep wants START:STOP:STEP, e.g. 0.70:0.98:0.02; got {spec!r}"
+        ) from None
     if step <= 0 or stop < start:
         raise argparse.ArgumentTypeError("--sweep needs STEP > 0 and STOP >= START")
     n = round((stop - start) / step) + 1
     if n > _MAX_SWEEP_POINTS:
-        raise argparse.ArgumentTypeError(f"--sweep gives {n} points; at most "
-                                         f"{_MAX_SWEEP_POINTS}")
+        raise argparse.ArgumentTypeError(f"--sweep gives {n} points; at most {_MAX_SWEEP_POINTS}")
     return [round(start + i * step, 10) for i in range(n) if start + i * step <= stop + 1e-9]
 
 
@@ -48,33 +48,69 @@ def _positive_int(text: str) -> int:
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``replay`` subcommand to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
-        "replay", help="what a cache would have saved on a request log, and how often wrong",
+        "replay",
+        help="what a cache would have saved on a request log, and how often wrong",
         description="Replay a request log through the cache `cachekit serve` builds; report "
-                    "hits, savings, wrong hits and capacity. See docs/replay.md.")
-    p.add_argument("input", metavar="INPUT.jsonl",
-                   help="Batch API input file, or a JSONL of {request, response, latency_ms, "
-                        "timestamp} records")
+        "hits, savings, wrong hits and capacity. See docs/replay.md.",
+    )
+    p.add_argument(
+        "input",
+        metavar="INPUT.jsonl",
+        help="Batch API input file, or a JSONL of {request, response, latency_ms, "
+        "timestamp} records",
+    )
     p.add_argument("--outputs", metavar="OUTPUT.jsonl", help="the Batch API output file")
     p.add_argument("--truth", metavar="TRUTH.jsonl", help="ground truth: judge every hit")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--threshold", type=float, metavar="T",
-                       help="the policy's setting (default: the library default)")
-    which.add_argument("--sweep", type=parse_sweep, metavar="START:STOP:STEP",
-                       help="replay at every setting from START to STOP")
-    p.add_argument("--policy", default="threshold", metavar="NAME",
-                   help="hit policy: threshold, verified or error-bounded (default: threshold)")
-    which.add_argument("--max-error", type=float, metavar="DELTA",
-                       help="with --policy error-bounded: the bound on wrong hits per request "
-                            "(the policy's setting, like --threshold)")
-    p.add_argument("--tenant-field", default="metadata.tenant", metavar="PATH",
-                   help="dotted path of the tenant in each line (default: metadata.tenant)")
+    which.add_argument(
+        "--threshold",
+        type=float,
+        metavar="T",
+        help="the policy's setting (default: the library default)",
+    )
+    which.add_argument(
+        "--sweep",
+        type=parse_sweep,
+        metavar="START:STOP:STEP",
+        help="replay at every setting from START to STOP",
+    )
+    p.add_argument(
+        "--policy",
+        default="threshold",
+        metavar="NAME",
+        help="hit policy: threshold, verified or error-bounded (default: threshold)",
+    )
+    which.add_argument(
+        "--max-error",
+        type=float,
+        metavar="DELTA",
+        help="with --policy error-bounded: the bound on wrong hits per request "
+        "(the policy's setting, like --threshold)",
+    )
+    p.add_argument(
+        "--tenant-field",
+        default="metadata.tenant",
+        metavar="PATH",
+        help="dotted path of the tenant in each line (default: metadata.tenant)",
+    )
     p.add_argument("--prices", metavar="prices.toml", help="override or extend the prices")
-    p.add_argument("--rate", type=_positive_float, metavar="RPS",
-                   help="request rate, when the log has no timestamps (or to override them)")
-    p.add_argument("--upstream-concurrency", type=_positive_int, metavar="N",
-                   help="upstream slots provisioned (for utilisation and queueing)")
-    p.add_argument("--config", metavar="cachekit.toml",
-                   help="the cache settings `cachekit serve` uses (TTL, tenants, prices)")
+    p.add_argument(
+        "--rate",
+        type=_positive_float,
+        metavar="RPS",
+        help="request rate, when the log has no timestamps (or to override them)",
+    )
+    p.add_argument(
+        "--upstream-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="upstream slots provisioned (for utilisation and queueing)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="cachekit.toml",
+        help="the cache settings `cachekit serve` uses (TTL, tenants, prices)",
+    )
     p.add_argument("--json", metavar="report.json", help="write the JSON report here")
     p.add_argument("--html", metavar="report.html", help="write the HTML report here")
     p.add_argument("--svg", metavar="sweep.svg", help="write the sweep plot here (with --sweep)")
@@ -91,8 +127,15 @@ def _progress(enabled: bool) -> Iterator[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     tasks: dict[str, Any] = {}
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+
         def hook(task: str, advance: int, total: int | None) -> None:
             if task not in tasks:
                 tasks[task] = bar.add_task(task, total=total)
@@ -108,12 +151,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = LLMCacheConfig.from_toml(args.config) if args.config else None
         with _progress(sys.stderr.isatty()) as hook:
-            report = run_replay(args.input, args.outputs, args.truth, ReplayOptions(
-                setting=args.threshold if args.max_error is None else args.max_error,
-                sweep=args.sweep or (), policy=args.policy,
-                tenant_field=args.tenant_field, prices_path=args.prices, rate=args.rate,
-                upstream_concurrency=args.upstream_concurrency, config=config,
-                progress=hook))
+            report = run_replay(
+                args.input,
+                args.outputs,
+                args.truth,
+                ReplayOptions(
+                    setting=args.threshold if args.max_error is None else args.max_error,
+                    sweep=args.sweep or (),
+                    policy=args.policy,
+                    tenant_field=args.tenant_field,
+                    prices_path=args.prices,
+                    rate=args.rate,
+                    upstream_concurrency=args.upstream_concurrency,
+                    config=config,
+                    progress=hook,
+                ),
+            )
     except (OSError, ValueError) as exc:
         print(f"cachekit replay: {exc}", file=sys.stderr)
         return 2
@@ -122,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
 
         print_report(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n",
-                                   encoding="utf-8")
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     if args.html:
         from cachekit.replay.html import write_html
 

@@ -76,8 +76,13 @@ def sweep_svg(r: Report) -> str:
         ax.grid(alpha=0.3)
     for i, p in enumerate(pts):
         if judged and (i % 2 == 0 or i == len(pts) - 1):
-            a.annotate(f"{p.threshold:.2f}", (x[i], 100 * p.hit_rate), fontsize=7,
-                       textcoords="offset points", xytext=(4, -10))
+            a.annotate(
+                f"{p.threshold:.2f}",
+                (x[i], 100 * p.hit_rate),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, -10),
+            )
     fig.suptitle(f"{r.policy.split(':')[0]} sweep: labels are the setting")
     out = _svg(fig)
     plt.close(fig)
@@ -110,8 +115,9 @@ def capacity_svg(r: Report) -> str | None:
     return out
 
 
-def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]], *,
-           numeric: bool = True) -> str:
+def _table(
+    header: Sequence[str] | None, rows: Sequence[Sequence[str]], *, numeric: bool = True
+) -> str:
     """Rows of strings; the first column is a label, the rest right-aligned when ``numeric``."""
     cls = ' class="n"' if numeric else ""
     parts = ["<table>"]
@@ -130,40 +136,59 @@ def _sections(r: Report) -> list[str]:
     cap = r.capacity
     rate = "-" if cap.rate_rps is None else f"{cap.rate_rps:,.2f} req/s ({cap.rate_source})"
     conc = cap.upstream_concurrency or "unlimited"
-    out.append(f"<h2>Capacity</h2><p class='note'>Rate {html.escape(rate)}; upstream "
-               f"concurrency {conc}. Little's law L = &lambda;W; latency percentiles from M/M/c "
-               f"queueing at that utilisation; the knee is where queueing adds 10% to the p99 "
-               f"of upstream calls.</p>"
-               + _table(["", "Without cache", "With cache"], capacity_rows(r)))
+    out.append(
+        f"<h2>Capacity</h2><p class='note'>Rate {html.escape(rate)}; upstream "
+        f"concurrency {conc}. Little's law L = &lambda;W; latency percentiles from M/M/c "
+        f"queueing at that utilisation; the knee is where queueing adds 10% to the p99 "
+        f"of upstream calls.</p>" + _table(["", "Without cache", "With cache"], capacity_rows(r))
+    )
     if cap.concurrency_saved is not None:
-        out.append(f"<p>Upstream concurrency needed falls by "
-                   f"{html.escape(fmt_pct(cap.concurrency_saved))}.</p>")
+        out.append(
+            f"<p>Upstream concurrency needed falls by "
+            f"{html.escape(fmt_pct(cap.concurrency_saved))}.</p>"
+        )
     svg = capacity_svg(r)
     if svg:
         out.append(svg)
     if r.sweep:
         out.append("<h2>Sweep</h2>" + sweep_svg(r) + _table(SWEEP_HEADER, sweep_rows(r)))
     if r.wrong_sample:
-        rows = [[h.custom_id, "-" if h.similarity is None else f"{h.similarity:.3f}", h.text,
-                 f"{h.served_text} ({h.served_custom_id})"] for h in r.wrong_sample]
-        out.append("<h2>Wrong hits (sample)</h2>"
-                   + _table(["Request", "Similarity", "Its text", "Served text (from)"], rows,
-                            numeric=False))
+        rows = [
+            [
+                h.custom_id,
+                "-" if h.similarity is None else f"{h.similarity:.3f}",
+                h.text,
+                f"{h.served_text} ({h.served_custom_id})",
+            ]
+            for h in r.wrong_sample
+        ]
+        out.append(
+            "<h2>Wrong hits (sample)</h2>"
+            + _table(
+                ["Request", "Similarity", "Its text", "Served text (from)"], rows, numeric=False
+            )
+        )
     if r.skipped.counts:
-        rows = [[k, f"{v:,}", ", ".join(r.skipped.first_lines.get(k, []))]
-                for k, v in sorted(r.skipped.counts.items())]
-        out.append("<h2>Skipped lines</h2>"
-                   + _table(["Reason", "Count", "First lines"], rows, numeric=False))
+        rows = [
+            [k, f"{v:,}", ", ".join(r.skipped.first_lines.get(k, []))]
+            for k, v in sorted(r.skipped.counts.items())
+        ]
+        out.append(
+            "<h2>Skipped lines</h2>"
+            + _table(["Reason", "Count", "First lines"], rows, numeric=False)
+        )
     return out
 
 
 def render_html(r: Report, *, source: str = "") -> str:
     title = "cachekit replay" + (f": {source}" if source else "")
     body = "".join(_sections(r))
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p class='note'>Policy {html.escape(r.policy)}; "
-            f"prices {html.escape(r.prices)}.</p>{body}</body></html>")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p class='note'>Policy {html.escape(r.policy)}; "
+        f"prices {html.escape(r.prices)}.</p>{body}</body></html>"
+    )
 
 
 def write_html(r: Report, path: str | Path, *, source: str = "") -> None:

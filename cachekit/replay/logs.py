@@ -210,17 +210,26 @@ def read_batch(
             skipped.add(bad.reason, where)
             continue
         status, resp, latency, stamp = responses[cid]
-        records.append(LogRecord(
-            line=number, custom_id=cid, url=url, request=body, response=resp,
-            status_code=status, latency_ms=latency, timestamp=stamp,
-            tenant=_tenant(tenant_field, obj, body),
-        ))
+        records.append(
+            LogRecord(
+                line=number,
+                custom_id=cid,
+                url=url,
+                request=body,
+                response=resp,
+                status_code=status,
+                latency_ms=latency,
+                timestamp=stamp,
+                tenant=_tenant(tenant_field, obj, body),
+            )
+        )
     _account_orphans(output_path, responses, seen, skipped)
     return ParsedLog(records, skipped, "batch")
 
 
-def _account_orphans(output_path: Path, responses: dict[str, Any], seen: set[str],
-                     skipped: Skipped) -> None:
+def _account_orphans(
+    output_path: Path, responses: dict[str, Any], seen: set[str], skipped: Skipped
+) -> None:
     orphans = [cid for cid in responses if cid not in seen]
     if not orphans:
         return
@@ -233,8 +242,14 @@ def _account_orphans(output_path: Path, responses: dict[str, Any], seen: set[str
             wanted.discard(obj["custom_id"])
 
 
-def _record(number: int, obj: Any, *, endpoint_ok: Callable[[str], bool], default_url: str,
-            tenant_field: str) -> LogRecord:
+def _record(
+    number: int,
+    obj: Any,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    default_url: str,
+    tenant_field: str,
+) -> LogRecord:
     if isinstance(obj, _Bad):
         raise obj
     request = _require(obj, "request", dict)
@@ -254,9 +269,14 @@ def _record(number: int, obj: Any, *, endpoint_ok: Callable[[str], bool], defaul
         raise _Bad(MISSING_FIELD, "response.body")
     cid = obj.get("custom_id") or obj.get("id")
     return LogRecord(
-        line=number, custom_id=str(cid) if cid is not None else f"line-{number}", url=url,
-        request=body, response=resp, status_code=status,
-        latency_ms=_number(obj.get("latency_ms")), timestamp=parse_timestamp(obj.get("timestamp")),
+        line=number,
+        custom_id=str(cid) if cid is not None else f"line-{number}",
+        url=url,
+        request=body,
+        response=resp,
+        status_code=status,
+        latency_ms=_number(obj.get("latency_ms")),
+        timestamp=parse_timestamp(obj.get("timestamp")),
         tenant=_tenant(tenant_field, obj, request, body),
     )
 
@@ -274,8 +294,13 @@ def read_records(
     seen: set[str] = set()
     for number, obj in _json_lines(path):
         try:
-            rec = _record(number, obj, endpoint_ok=endpoint_ok, default_url=default_url,
-                          tenant_field=tenant_field)
+            rec = _record(
+                number,
+                obj,
+                endpoint_ok=endpoint_ok,
+                default_url=default_url,
+                tenant_field=tenant_field,
+            )
             if rec.custom_id in seen:
                 raise _Bad(DUPLICATE_ID, rec.custom_id)
         except _Bad as bad:
@@ -306,8 +331,9 @@ def read_log(
     other file), reported as such rather than as thousands of skipped lines."""
     inp = Path(input_path)
     if outputs_path is not None:
-        return read_batch(inp, Path(outputs_path), endpoint_ok=endpoint_ok,
-                          tenant_field=tenant_field)
+        return read_batch(
+            inp, Path(outputs_path), endpoint_ok=endpoint_ok, tenant_field=tenant_field
+        )
     if _looks_like_batch_input(inp):
         raise ValueError(
             f"{inp} looks like an OpenAI Batch API input file: pass its output file with "
@@ -316,8 +342,9 @@ def read_log(
     return read_records(inp, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
 
 
-def iter_texts(records: Iterable[LogRecord], text_of: Callable[[LogRecord], str | None]
-               ) -> list[str]:
+def iter_texts(
+    records: Iterable[LogRecord], text_of: Callable[[LogRecord], str | None]
+) -> list[str]:
     """The distinct non-empty texts of ``records`` in first-seen order."""
     seen: dict[str, None] = {}
     for rec in records:

@@ -64,6 +64,4 @@ def policy_factory(name: str) -> PolicyFactory:
     try:
         return _FACTORIES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown policy {name!r}; known: {', '.join(policy_names())}"
-        ) from None
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(policy_names())}") from None

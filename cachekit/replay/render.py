@@ -33,15 +33,19 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("Semantic hits", f"{r.semantic_hits:,}"),
         ("Misses", f"{r.misses:,}"),
         ("Hit rate", fmt_pct(r.hit_rate)),
-        ("Tokens saved (prompt / completion)",
-         f"{r.prompt_tokens_saved:,} / {r.completion_tokens_saved:,}"),
+        (
+            "Tokens saved (prompt / completion)",
+            f"{r.prompt_tokens_saved:,} / {r.completion_tokens_saved:,}",
+        ),
         ("Dollars saved", fmt_money(d["dollars_saved"]["total"])),
     ]
     rows += [(f"  {model}", fmt_money(v)) for model, v in d["dollars_saved"]["by_model"].items()]
     rows += [
         ("Upstream latency saved", f"{r.latency_saved_s:,.1f} s"),
-        ("Cache overhead p50 / p99",
-         f"{_num(r.overhead_ms['p50'], '.3f')} / {_num(r.overhead_ms['p99'], '.3f')} ms"),
+        (
+            "Cache overhead p50 / p99",
+            f"{_num(r.overhead_ms['p50'], '.3f')} / {_num(r.overhead_ms['p99'], '.3f')} ms",
+        ),
     ]
     if r.embed_ms is not None:
         rows.append(("  of which one-text embedding", f"{r.embed_ms:.3f} ms"))
@@ -80,20 +84,33 @@ def sweep_rows(r: Report) -> list[list[str]]:
     rows = []
     for p in r.sweep:
         d = p.to_dict(with_sweep=False)
-        rows.append([
-            f"{p.threshold:.2f}" if p.threshold is not None else "-",
-            fmt_pct(p.hit_rate), f"{p.semantic_hits:,}",
-            "-" if p.wrong_hits is None else f"{p.wrong_hits:,}",
-            fmt_pct(p.wrong_hit_rate), fmt_pct(p.semantic_precision),
-            fmt_money(d["dollars_saved"]["total"]),
-            fmt_money(d["net_dollars_saved"]["total"]) if p.judged else "-",
-            _num(p.capacity.with_cache.latency_ms["p99"], ",.0f", " ms"),
-        ])
+        rows.append(
+            [
+                f"{p.threshold:.2f}" if p.threshold is not None else "-",
+                fmt_pct(p.hit_rate),
+                f"{p.semantic_hits:,}",
+                "-" if p.wrong_hits is None else f"{p.wrong_hits:,}",
+                fmt_pct(p.wrong_hit_rate),
+                fmt_pct(p.semantic_precision),
+                fmt_money(d["dollars_saved"]["total"]),
+                fmt_money(d["net_dollars_saved"]["total"]) if p.judged else "-",
+                _num(p.capacity.with_cache.latency_ms["p99"], ",.0f", " ms"),
+            ]
+        )
     return rows
 
 
-SWEEP_HEADER = ["Threshold", "Hit rate", "Semantic hits", "Wrong hits", "Wrong-hit rate",
-                "Sem. precision", "Dollars saved", "Net dollars", "p99 with cache"]
+SWEEP_HEADER = [
+    "Threshold",
+    "Hit rate",
+    "Semantic hits",
+    "Wrong hits",
+    "Wrong-hit rate",
+    "Sem. precision",
+    "Dollars saved",
+    "Net dollars",
+    "p99 with cache",
+]
 
 
 #: Columns used when the output is not a terminal (a file or a pipe has no width of its own, and
@@ -106,8 +123,7 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
         console = Console()
         if not console.is_terminal:
             console = Console(width=PIPE_WIDTH)
-    t = Table(title=title or f"cachekit replay ({r.policy}; prices {r.prices})",
-              show_header=False)
+    t = Table(title=title or f"cachekit replay ({r.policy}; prices {r.prices})", show_header=False)
     t.add_column(style="bold")
     t.add_column(justify="right")
     for label, value in summary_rows(r):
@@ -115,9 +131,11 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
     console.print(t)
 
     cap = r.capacity
-    c = Table(title=f"Capacity (rate {_num(cap.rate_rps, ',.2f')} req/s from "
-                    f"{cap.rate_source or 'nowhere: pass --rate'}; upstream concurrency "
-                    f"{cap.upstream_concurrency if cap.upstream_concurrency else 'unlimited'})")
+    c = Table(
+        title=f"Capacity (rate {_num(cap.rate_rps, ',.2f')} req/s from "
+        f"{cap.rate_source or 'nowhere: pass --rate'}; upstream concurrency "
+        f"{cap.upstream_concurrency if cap.upstream_concurrency else 'unlimited'})"
+    )
     for col in ("", "Without cache", "With cache"):
         c.add_column(col, justify="right" if col else "left")
     for row in capacity_rows(r):
@@ -139,8 +157,12 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
         for col in ("Request", "Similarity", "Its text", "Served text (from)"):
             w.add_column(col, overflow="fold")
         for h in r.wrong_sample:
-            w.add_row(h.custom_id, _num(h.similarity, ".3f"), h.text,
-                      f"{h.served_text} ({h.served_custom_id})")
+            w.add_row(
+                h.custom_id,
+                _num(h.similarity, ".3f"),
+                h.text,
+                f"{h.served_text} ({h.served_custom_id})",
+            )
         console.print(w)
 
     if r.sweep:

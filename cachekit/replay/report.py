@@ -94,8 +94,10 @@ class Report:
             "hits": {"exact": self.exact_hits, "semantic": self.semantic_hits},
             "misses": self.misses,
             "hit_rate": self.hit_rate,
-            "tokens_saved": {"prompt": self.prompt_tokens_saved,
-                             "completion": self.completion_tokens_saved},
+            "tokens_saved": {
+                "prompt": self.prompt_tokens_saved,
+                "completion": self.completion_tokens_saved,
+            },
             "dollars_saved": _dollars(self.dollars_by_model, self.prices),
             "latency_saved_s": self.latency_saved_s,
             "overhead_ms": dict(self.overhead_ms),
@@ -137,8 +139,9 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99))}
 
 
-def _judge(records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Sequence[str],
-           truth: Truth) -> tuple[int, int, float | None, list[bool], list[WrongHit]]:
+def _judge(
+    records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Sequence[str], truth: Truth
+) -> tuple[int, int, float | None, list[bool], list[WrongHit]]:
     """``(correct, wrong, semantic precision, correct flags, wrong sample)``; hits with no truth
     line on either side are left unjudged (neither correct nor wrong)."""
     correct = wrong = sem_correct = sem_judged = 0
@@ -160,8 +163,16 @@ def _judge(records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Seq
             continue
         wrong += 1
         if len(sample) < WRONG_SAMPLE_SIZE:
-            sample.append(WrongHit(rec.custom_id, texts[i], src.custom_id, texts[out.served_by],
-                                   out.status, out.similarity))
+            sample.append(
+                WrongHit(
+                    rec.custom_id,
+                    texts[i],
+                    src.custom_id,
+                    texts[out.served_by],
+                    out.status,
+                    out.similarity,
+                )
+            )
     precision = sem_correct / sem_judged if sem_judged else None
     return correct, wrong, precision, flags, sample
 
@@ -195,13 +206,20 @@ def build_report(
         completion_tokens_saved=sum(u.completion for u, h in zip(usage, hit, strict=True) if h),
         dollars_by_model=dollars,
         prices=prices_label,
-        latency_saved_s=math.fsum(r.latency_ms for r, h in zip(records, hit, strict=True)
-                                  if h and r.latency_ms is not None) / 1000.0,
+        latency_saved_s=math.fsum(
+            r.latency_ms
+            for r, h in zip(records, hit, strict=True)
+            if h and r.latency_ms is not None
+        )
+        / 1000.0,
         overhead_ms=_percentiles([o.overhead_ms for o in outcomes]),
         skipped=skipped,
         capacity=capacity_report(
-            latency_ms=[r.latency_ms for r in records], hit=hit,
-            overhead_ms=[o.overhead_ms for o in outcomes], rate=rate, rate_source=rate_source,
+            latency_ms=[r.latency_ms for r in records],
+            hit=hit,
+            overhead_ms=[o.overhead_ms for o in outcomes],
+            rate=rate,
+            rate_source=rate_source,
             upstream_concurrency=upstream_concurrency,
         ),
         policy=policy,
@@ -216,8 +234,9 @@ def build_report(
     return report
 
 
-def _money(counted: Sequence[bool], usage: Sequence[Usage], models: Sequence[str],
-           prices: PriceTable) -> dict[str, float | None]:
+def _money(
+    counted: Sequence[bool], usage: Sequence[Usage], models: Sequence[str], prices: PriceTable
+) -> dict[str, float | None]:
     """Dollars per model over the requests flagged in ``counted``; None for a model with no
     price (its tokens still count)."""
     out: dict[str, float | None] = {}

@@ -145,8 +145,12 @@ def prepare_log(parsed: ParsedLog, config: LLMCacheConfig) -> Prepared:
             out.skipped.add(INVALID_REQUEST, f"line {rec.line}")
             continue
         body, complete = _assemble(rec.response)
-        ok = complete and cacheable_response(
-            endpoint, rec.status_code, body, cache_length=config.cache_length)[0]
+        ok = (
+            complete
+            and cacheable_response(
+                endpoint, rec.status_code, body, cache_length=config.cache_length
+            )[0]
+        )
         out.records.append(rec)
         out.requests.append(req)
         out.responses.append(body if ok else None)
@@ -181,9 +185,16 @@ def _fingerprint(response: dict[str, Any]) -> int:
     return hash(json.dumps(response, sort_keys=True, separators=(",", ":")))
 
 
-def replay(prep: Prepared, config: LLMCacheConfig, embedder: Embedder, *, embed_ms: float = 0.0,
-           times: Sequence[float] | None = None, progress: Progress | None = None,
-           task: str = "replay") -> list[Outcome]:
+def replay(
+    prep: Prepared,
+    config: LLMCacheConfig,
+    embedder: Embedder,
+    *,
+    embed_ms: float = 0.0,
+    times: Sequence[float] | None = None,
+    progress: Progress | None = None,
+    task: str = "replay",
+) -> list[Outcome]:
     """One pass over the log through a fresh cache; the cache's time per request is measured
     (lookup, plus the store on a miss) and ``embed_ms`` added where production would have
     embedded the text (the vectors here are computed in advance)."""
@@ -221,8 +232,9 @@ def _outcome(found: Any, elapsed_ms: float, stored_by: dict[int, int]) -> Outcom
     if not found.hit or found.response is None:
         return Outcome(MISS, elapsed_ms)
     status = EXACT if found.status is Status.HIT else SEMANTIC
-    return Outcome(status, elapsed_ms, stored_by.get(_fingerprint(found.response)),
-                   found.similarity)
+    return Outcome(
+        status, elapsed_ms, stored_by.get(_fingerprint(found.response)), found.similarity
+    )
 
 
 @dataclass
@@ -247,10 +259,22 @@ def _config_for(base: LLMCacheConfig, policy: str, setting: float | None) -> LLM
     """The production config with the replay's policy setting; always in-process."""
     hit_policy = policy_factory(policy)(setting)  # a bad name or setting fails here
     if isinstance(hit_policy, ThresholdPolicy):
-        return dataclasses.replace(base, policy="threshold", threshold=hit_policy.threshold,
-                                   policy_setting=None, redis_url=None, redis_cluster_url=None)
-    return dataclasses.replace(base, policy=policy, policy_setting=setting, threshold=None,
-                               redis_url=None, redis_cluster_url=None)
+        return dataclasses.replace(
+            base,
+            policy="threshold",
+            threshold=hit_policy.threshold,
+            policy_setting=None,
+            redis_url=None,
+            redis_cluster_url=None,
+        )
+    return dataclasses.replace(
+        base,
+        policy=policy,
+        policy_setting=setting,
+        threshold=None,
+        redis_url=None,
+        redis_cluster_url=None,
+    )
 
 
 def _setting_of(config: LLMCacheConfig) -> float | None:
@@ -258,15 +282,19 @@ def _setting_of(config: LLMCacheConfig) -> float | None:
     return config.threshold if config.policy == "threshold" else config.policy_setting
 
 
-def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
-               truth_path: str | Path | None = None,
-               options: ReplayOptions | None = None) -> Report:
+def run_replay(
+    input_path: str | Path,
+    outputs_path: str | Path | None = None,
+    truth_path: str | Path | None = None,
+    options: ReplayOptions | None = None,
+) -> Report:
     """Read, embed once, replay (once, plus once per sweep point) and report."""
     opts = options or ReplayOptions()
     base = opts.config or LLMCacheConfig()
     _config_for(base, opts.policy, opts.setting)  # a bad policy fails before any work
-    parsed = read_log(input_path, outputs_path, endpoint_ok=endpoint_ok,
-                      tenant_field=opts.tenant_field)
+    parsed = read_log(
+        input_path, outputs_path, endpoint_ok=endpoint_ok, tenant_field=opts.tenant_field
+    )
     truth = read_truth(truth_path, parsed.skipped) if truth_path is not None else None
     prep = prepare_log(parsed, base)
     rate, source = (opts.rate, "--rate") if opts.rate else (None, None)
@@ -287,39 +315,63 @@ def run_replay(input_path: str | Path, outputs_path: str | Path | None = None,
         config = _config_for(base, opts.policy, setting)
         value = _setting_of(config)
         name = opts.policy if value is None else f"{opts.policy}:{value:g}"
-        outcomes = replay(prep, config, table, embed_ms=embed_ms, times=ctx.times,
-                          progress=opts.progress, task=f"replay {name}")
+        outcomes = replay(
+            prep,
+            config,
+            table,
+            embed_ms=embed_ms,
+            times=ctx.times,
+            progress=opts.progress,
+            task=f"replay {name}",
+        )
         report = _report(ctx, outcomes, opts, name, setting)
         report.embed_ms = embed_ms
         return report
 
     points = [run(s) for s in opts.sweep]
     chosen = _setting_of(_config_for(base, opts.policy, opts.setting))
-    head = next((p for p in points if p.threshold is not None and chosen is not None
-                 and abs(p.threshold - chosen) < 1e-9), None)
+    head = next(
+        (
+            p
+            for p in points
+            if p.threshold is not None and chosen is not None and abs(p.threshold - chosen) < 1e-9
+        ),
+        None,
+    )
     report = head if head is not None else run(opts.setting)
     report = dataclasses.replace(report, sweep=points, threshold=None)
     return report
 
 
-def _embed_texts(prep: Prepared, embedder: Embedder, progress: Progress | None
-                 ) -> tuple[PrecomputedEmbedder, float]:
+def _embed_texts(
+    prep: Prepared, embedder: Embedder, progress: Progress | None
+) -> tuple[PrecomputedEmbedder, float]:
     texts = list(dict.fromkeys(t for t in prep.texts if t))
     if progress:
         progress("embedding", 0, len(texts))
-    vectors, _ = embed_all(texts, embedder,
-                           progress=(lambda n: progress("embedding", n, None)) if progress
-                           else None)
+    vectors, _ = embed_all(
+        texts, embedder, progress=(lambda n: progress("embedding", n, None)) if progress else None
+    )
     embed_ms = single_text_ms(texts, embedder)
     return PrecomputedEmbedder(texts, vectors, name=embedder.name, fallback=embedder), embed_ms
 
 
-def _report(ctx: _Context, outcomes: list[Outcome], opts: ReplayOptions, policy: str,
-            setting: float | None) -> Report:
+def _report(
+    ctx: _Context, outcomes: list[Outcome], opts: ReplayOptions, policy: str, setting: float | None
+) -> Report:
     return build_report(
-        ctx.prep.records, outcomes, usage=ctx.prep.usage, models=ctx.prep.models,
-        texts=ctx.prep.shown, prices=ctx.prices, prices_label=ctx.prices_label,
-        skipped=ctx.prep.skipped, policy=policy, truth=ctx.truth, rate=ctx.rate,
-        rate_source=ctx.rate_source, upstream_concurrency=opts.upstream_concurrency,
+        ctx.prep.records,
+        outcomes,
+        usage=ctx.prep.usage,
+        models=ctx.prep.models,
+        texts=ctx.prep.shown,
+        prices=ctx.prices,
+        prices_label=ctx.prices_label,
+        skipped=ctx.prep.skipped,
+        policy=policy,
+        truth=ctx.truth,
+        rate=ctx.rate,
+        rate_source=ctx.rate_source,
+        upstream_concurrency=opts.upstream_concurrency,
         threshold=setting,
     )

@@ -33,8 +33,14 @@ class PrecomputedEmbedder:
     counted in ``fallbacks``.
     """
 
-    def __init__(self, texts: Sequence[str], vectors: np.ndarray, *, name: str,
-                 fallback: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        *,
+        name: str,
+        fallback: Embedder | None = None,
+    ) -> None:
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise ValueError(f"{len(texts)} texts but vectors of shape {vectors.shape}")
         self._rows = {t: i for i, t in enumerate(texts)}
@@ -67,15 +73,20 @@ class PrecomputedEmbedder:
         return out
 
 
-def embed_all(texts: Sequence[str], embedder: Embedder, *, chunk: int = EMBED_CHUNK,
-              progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, float]:
+def embed_all(
+    texts: Sequence[str],
+    embedder: Embedder,
+    *,
+    chunk: int = EMBED_CHUNK,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, float]:
     """``(vectors, seconds)``: every text embedded, in calls of ``chunk`` texts. The memory held
     is the result, ``len(texts) * dim * 4`` bytes."""
     out = np.empty((len(texts), embedder.dim), dtype=np.float32)
     t0 = time.perf_counter()
     for start in range(0, len(texts), chunk):
-        part = texts[start:start + chunk]
-        out[start:start + len(part)] = embedder.embed(part)
+        part = texts[start : start + chunk]
+        out[start : start + len(part)] = embedder.embed(part)
         if progress is not None:
             progress(len(part))
     return out, time.perf_counter() - t0

@@ -100,8 +100,7 @@ class HitArbiter:
     @classmethod
     def attach(cls, tier: _Tier, policy: HitPolicy) -> HitArbiter:
         """The arbiter of ``tier``, registered with its cache's engine for ``cache.feedback``."""
-        arbiter = cls(policy, decode=tier.decode, evict=tier.invalidate,
-                      capacity=tier.capacity)
+        arbiter = cls(policy, decode=tier.decode, evict=tier.invalidate, capacity=tier.capacity)
         _register(tier.engine, arbiter)
         return arbiter
 
@@ -111,8 +110,7 @@ class HitArbiter:
         with self._lock:
             return self._stats.get(entry_id, NO_STATS)
 
-    def choose(self, scope: str, query: str,
-               live: Sequence[tuple[float, _Entry]]) -> int | None:
+    def choose(self, scope: str, query: str, live: Sequence[tuple[float, _Entry]]) -> int | None:
         """Index into ``live`` of the entry that answers ``query``, or None (a miss)."""
         offered: list[int] = []
         cands: list[Candidate] = []
@@ -136,20 +134,21 @@ class HitArbiter:
         if check is not None and 0 <= check < len(cands):
             self.explorations += 1
             with self._lock:
-                self._pending[(scope, query)] = _Check(query, cands[check],
-                                                       live[offered[check]][1])
+                self._pending[(scope, query)] = _Check(query, cands[check], live[offered[check]][1])
                 _trim(self._pending, _PENDING_MAX)
         return None
 
-    def served(self, key: str | None, scope: str, query: str, entry: _Entry,
-               similarity: float) -> None:
+    def served(
+        self, key: str | None, scope: str, query: str, entry: _Entry, similarity: float
+    ) -> None:
         """A semantic hit was served under result key ``key``: remember it for feedback."""
         with self._lock:
             st = self._stats.get(entry.id, NO_STATS)
             self._put_stats(entry.id, replace(st, served=st.served + 1))
             if key is not None:
-                self._served[key] = _Check(query, Candidate(entry.id, entry.text, similarity,
-                                                            st), entry)
+                self._served[key] = _Check(
+                    query, Candidate(entry.id, entry.text, similarity, st), entry
+                )
                 _trim(self._served, _SERVED_MAX)
 
     # ------------------------------------------------------------------ verdicts
@@ -217,9 +216,12 @@ class HitArbiter:
             else:
                 bar = st.max_refuted_similarity
                 st = replace(
-                    st, refuted=st.refuted + 1, reported_wrong=st.reported_wrong + user,
-                    max_refuted_similarity=(cand.similarity if bar is None
-                                            else max(bar, cand.similarity)),
+                    st,
+                    refuted=st.refuted + 1,
+                    reported_wrong=st.reported_wrong + user,
+                    max_refuted_similarity=(
+                        cand.similarity if bar is None else max(bar, cand.similarity)
+                    ),
                 )
             self._put_stats(cand.entry_id, st)
             self.verdicts += 1
@@ -234,8 +236,12 @@ class HitArbiter:
         _trim(self._stats, self._capacity)
 
     def summary(self) -> dict[str, int]:
-        return {"policy_checks": self.explorations, "verdicts": self.verdicts,
-                "feedback_reports": self.reports, "feedback_evictions": self.evicted}
+        return {
+            "policy_checks": self.explorations,
+            "verdicts": self.verdicts,
+            "feedback_reports": self.reports,
+            "feedback_evictions": self.evicted,
+        }
 
 
 def _trim(d: OrderedDict[Any, Any], limit: int) -> None:
@@ -244,9 +250,7 @@ def _trim(d: OrderedDict[Any, Any], limit: int) -> None:
 
 
 # Arbiters by cache, for cache.feedback(result): weak both ways, so neither keeps the other alive.
-_BY_CACHE: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HitArbiter]] = (
-    weakref.WeakKeyDictionary()
-)
+_BY_CACHE: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HitArbiter]] = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 

@@ -141,9 +141,7 @@ class MicroBatcher(Generic[Req, Res]):
                 self._submitted += 1
                 if self._thread is None:
                     # Started on first use: decorating a function must not start threads.
-                    self._thread = threading.Thread(
-                        target=self._run, name=self._name, daemon=True
-                    )
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
                 self._queue.put(item)
         if closed:

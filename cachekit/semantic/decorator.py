@@ -85,8 +85,9 @@ def make_semantic(
     ``docs/semantic.md``."""
     _require_extras(embedder, index_factory)
     hit_policy = resolve_policy(threshold, policy)
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
-                            or not ttl > 0):
+    if ttl is not None and (
+        isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0
+    ):
         raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
     if text is not None and not callable(text):
         raise TypeError("text= must be a function of the call's arguments returning str")
@@ -104,10 +105,22 @@ def make_semantic(
         if not callable(f):
             raise TypeError("@cache.semantic decorates a function")
         return _make(
-            engine, owner, f, policy=hit_policy, ttl=ttl, text=text, scope=scope,
-            embedder_factory=embedder_factory, name=name, version=version, capacity=capacity,
-            max_batch=max_batch, max_wait_ms=max_wait_ms, batching=batching,
-            cache_none=cache_none, index_factory=index_factory,
+            engine,
+            owner,
+            f,
+            policy=hit_policy,
+            ttl=ttl,
+            text=text,
+            scope=scope,
+            embedder_factory=embedder_factory,
+            name=name,
+            version=version,
+            capacity=capacity,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            batching=batching,
+            cache_none=cache_none,
+            index_factory=index_factory,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -127,14 +140,18 @@ def _require_extras(embedder: Any, index_factory: Any) -> None:
         require("faiss", extra="semantic", feature=feature + " (its default FAISS index)")
     if embedder is None:
         for module in DEFAULT_EMBEDDER_MODULES:
-            require_installed(module, extra="semantic",
-                              feature=feature + " (its default embedder, all-MiniLM-L6-v2)")
+            require_installed(
+                module,
+                extra="semantic",
+                feature=feature + " (its default embedder, all-MiniLM-L6-v2)",
+            )
 
 
 def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
     from cachekit.semantic.embedder import CachedEmbedder, as_embedder
 
     if embedder is None:
+
         def default() -> Embedder:
             # Built on first use: loading the model takes seconds and must not happen at import
             # or decoration time.
@@ -161,8 +178,9 @@ def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
     """The compared argument: the first parameter annotated ``str``, else the first one (a
     method's receiver aside)."""
     params = [p for p in inspect.signature(fn).parameters.values()]
-    candidates = [(i, p) for i, p in enumerate(params)
-                  if p.kind not in _VAR_KINDS and i >= _receiver(fn)]
+    candidates = [
+        (i, p) for i, p in enumerate(params) if p.kind not in _VAR_KINDS and i >= _receiver(fn)
+    ]
     if not candidates:
         raise TypeError(
             f"{fn!r} has no named parameter to compare; pass text=lambda *a, **kw: ... instead"
@@ -178,8 +196,13 @@ class _Split:
     """Turns a call into ``(scope_key, text)``: the compared text, and a digest of everything
     else that must match for two calls to share an answer."""
 
-    def __init__(self, fn: Callable[..., Any], fname: str, text: Callable[..., str] | None,
-                 scope: Callable[..., Any] | None) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        fname: str,
+        text: Callable[..., str] | None,
+        scope: Callable[..., Any] | None,
+    ) -> None:
         self.fname = fname
         self.text = text
         self.scope = scope
@@ -224,9 +247,17 @@ class _SemanticCalls:
     path and the writes. Each is one generator core (see :mod:`cachekit.sansio`), run by
     :meth:`run` with the sync operations or by :meth:`arun` with their asyncio forms."""
 
-    def __init__(self, engine: Engine, fn: Callable[..., Any], tier: SemanticTier,
-                 split: _Split, *, ttl: float | None, version: str | int | None,
-                 cache_none: bool) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        fn: Callable[..., Any],
+        tier: SemanticTier,
+        split: _Split,
+        *,
+        ttl: float | None,
+        version: str | int | None,
+        cache_none: bool,
+    ) -> None:
         self.engine = engine
         self.fn = fn
         self.tier = tier
@@ -262,8 +293,13 @@ class _SemanticCalls:
             else:
                 tier.exact_hits += 1
                 self.engine.telemetry.time_saved += self.timing.mean
-            return LookupResult(Status.HIT, found.env.value, found.tier, k.remote,
-                                age_s=self.engine.clock() - found.env.created_at)
+            return LookupResult(
+                Status.HIT,
+                found.env.value,
+                found.tier,
+                k.remote,
+                age_s=self.engine.clock() - found.env.created_at,
+            )
         return None
 
     def _missed(self, probe: bool) -> None:
@@ -293,9 +329,15 @@ class _SemanticCalls:
                     tier.record_hit(m.similarity)
                     self.engine.record_found(Status.SEMANTIC_HIT)
                     self.engine.telemetry.time_saved += self.timing.mean
-                return LookupResult(Status.SEMANTIC_HIT, env.value, "semantic", k.remote,
-                                    age_s=self.engine.clock() - entry.created_at,
-                                    similarity=m.similarity, matched_text=entry.text)
+                return LookupResult(
+                    Status.SEMANTIC_HIT,
+                    env.value,
+                    "semantic",
+                    k.remote,
+                    age_s=self.engine.clock() - entry.created_at,
+                    similarity=m.similarity,
+                    matched_text=entry.text,
+                )
         self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity)
 
@@ -303,8 +345,9 @@ class _SemanticCalls:
         # An embedder or index failure costs a miss (the function still runs), never an answer.
         self.tier.errors += 1
         self._missed(probe)
-        log.warning("cachekit: semantic lookup in %s failed (served as a miss): %r",
-                    self.fname, exc)
+        log.warning(
+            "cachekit: semantic lookup in %s failed (served as a miss): %r", self.fname, exc
+        )
         return LookupResult(Status.ERROR, key=k.remote)
 
     def _exact_items(self, items: Sequence[_Item]) -> tuple[list[_Item], float | None]:
@@ -325,8 +368,7 @@ class _SemanticCalls:
         self.timing.add_compute(elapsed)
         self.engine.telemetry.compute.record(elapsed)
 
-    def prepared(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]
-                 ) -> list[_Item]:
+    def prepared(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> list[_Item]:
         out = []
         for value, a, kw in items:
             k, scope_key, t = self.key_of(tuple(a), dict(kw or {}))
@@ -335,8 +377,9 @@ class _SemanticCalls:
 
     # ------------------------------------------------------------------ cores, both forms
 
-    def lookup_core(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    probe: bool = False) -> Core[_Parts]:
+    def lookup_core(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], probe: bool = False
+    ) -> Core[_Parts]:
         """Exact first (``lookup``, or ``probe`` for a lookup that serves no call), then the
         semantic search (``search``)."""
         k, scope_key, t = self.key_of(args, kwargs)
@@ -367,8 +410,9 @@ class _SemanticCalls:
             yield ("add_semantic", (sem, ttl))
         return sum(ok)
 
-    def _compute_core(self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> Core[Any]:
+    def _compute_core(
+        self, k: CacheKey, scope_key: str, t: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Core[Any]:
         t0 = time.perf_counter()
         value = yield ("fn", (args, kwargs))
         self._computed(time.perf_counter() - t0)
@@ -466,8 +510,15 @@ def _make(
         fname = f"{fname}@{version}"
     split = _Split(fn, fname, text, scope)
     tier = SemanticTier(
-        engine, fname, embedder=embedder_factory, policy=policy, ttl=ttl, capacity=capacity,
-        max_batch=max_batch, max_wait_ms=max_wait_ms, batching=batching,
+        engine,
+        fname,
+        embedder=embedder_factory,
+        policy=policy,
+        ttl=ttl,
+        capacity=capacity,
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        batching=batching,
         index_factory=index_factory,
     )
     engine.telemetry.sections[f"semantic:{fname}"] = tier.stats
@@ -475,8 +526,7 @@ def _make(
     # Sync starts now, not at the first call, so a new replica's first lookups find the
     # shared entries (they wait for the first build up to the tier's initial_sync_wait_s).
     tier.start()
-    calls = _SemanticCalls(engine, fn, tier, split, ttl=ttl, version=version,
-                           cache_none=cache_none)
+    calls = _SemanticCalls(engine, fn, tier, split, ttl=ttl, version=version, cache_none=cache_none)
     w = _async_wrapper(fn, calls) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, calls)
     w.cache = owner
     w.tier = tier

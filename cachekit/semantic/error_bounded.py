@@ -169,8 +169,9 @@ def _sigmoid(z: float) -> float:
     return e / (1.0 + e)
 
 
-def _fit(obs: list[tuple[float, int]], prior_weight: float,
-         start: tuple[float, float]) -> tuple[float, float, tuple[float, float, float]]:
+def _fit(
+    obs: list[tuple[float, int]], prior_weight: float, start: tuple[float, float]
+) -> tuple[float, float, tuple[float, float, float]]:
     """MAP logistic fit of (a, b) with a N((1, 0), I / prior_weight) prior, by Newton's method
     from the previous estimate; returns the estimate and its Laplace covariance."""
     import numpy as np
@@ -190,8 +191,7 @@ def _fit(obs: list[tuple[float, int]], prior_weight: float,
         if float(np.abs(step).sum()) < 1e-7:
             break
     cov = np.linalg.inv(hess)
-    return float(theta[0]), float(theta[1]), (float(cov[0, 0]), float(cov[0, 1]),
-                                              float(cov[1, 1]))
+    return float(theta[0]), float(theta[1]), (float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1]))
 
 
 class EmbeddingComparator:

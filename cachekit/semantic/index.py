@@ -185,8 +185,9 @@ class _Graph:
         self.selector: tuple[np.ndarray, Any] | None = None
 
     @classmethod
-    def build(cls, dim: int, m: int, ef_construction: int, ids: np.ndarray,
-              vecs: np.ndarray) -> _Graph:
+    def build(
+        cls, dim: int, m: int, ef_construction: int, ids: np.ndarray, vecs: np.ndarray
+    ) -> _Graph:
         hnsw = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = ef_construction
         if len(ids):
@@ -426,8 +427,11 @@ class FaissIndex:
             if self._graph is None:
                 self._flat.remove_ids(id_arr)
                 self._flat.add_with_ids(vecs, id_arr)
-                if (self.device == "cpu" and self._flat.ntotal > self.exact_max
-                        and self._journal is None):
+                if (
+                    self.device == "cpu"
+                    and self._flat.ntotal > self.exact_max
+                    and self._journal is None
+                ):
                     self._migrate()
             else:
                 self._graph.add(id_arr, vecs)
@@ -534,8 +538,9 @@ class FaissIndex:
             self._catch_up_and_swap(graph)
         except Exception:
             self.rebuild_errors += 1
-            log.warning("cachekit: index rebuild failed; the old index keeps serving",
-                        exc_info=True)
+            log.warning(
+                "cachekit: index rebuild failed; the old index keeps serving", exc_info=True
+            )
             with self._lock.write():
                 self._journal = None
                 self._rebuilt.set()

@@ -142,9 +142,14 @@ class RedisSemanticStore:
     ``reader(socket_timeout)`` makes a client of its own for :meth:`follow`, whose blocking
     read would otherwise hold a pooled connection and outlast the pool's short timeout."""
 
-    def __init__(self, client: Callable[[], Any], cluster: bool, base: str,
-                 log_maxlen: int = LOG_MAXLEN,
-                 reader: Callable[[float], Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        cluster: bool,
+        base: str,
+        log_maxlen: int = LOG_MAXLEN,
+        reader: Callable[[float], Any] | None = None,
+    ) -> None:
         self._client = client
         self.cluster = cluster
         self.base = base
@@ -169,8 +174,12 @@ class RedisSemanticStore:
         return client.pipeline() if self.cluster else client.pipeline(transaction=False)
 
     def _announce(self, op: str, ids: Iterator[int] | Sequence[int], origin: bytes) -> None:
-        self.client.xadd(self.log_key, {"op": op, "src": origin, "ids": " ".join(map(str, ids))},
-                         maxlen=self.log_maxlen, approximate=True)
+        self.client.xadd(
+            self.log_key,
+            {"op": op, "src": origin, "ids": " ".join(map(str, ids))},
+            maxlen=self.log_maxlen,
+            approximate=True,
+        )
 
     def write(self, entries: Sequence[StoredEntry], ttl: float | None, origin: bytes) -> None:
         px = None if ttl is None else max(1, math.ceil(ttl * 1000))
@@ -244,7 +253,7 @@ class RedisSemanticStore:
         for key in client.scan_iter(match=f"{prefix}*", count=SCAN_BATCH):
             k = key.decode() if isinstance(key, bytes) else key
             try:
-                ids.append(int(k[len(prefix):]))
+                ids.append(int(k[len(prefix) :]))
             except ValueError:
                 continue
         return Snapshot(generation, cursor, ids)
@@ -289,10 +298,10 @@ class RedisSemanticStore:
                 raise r
         raw = resp[0][1] if resp else []
         lost = _lost(info, seen, raw)
-        next_cursor = cursor if not raw else _cursor(
-            raw[-1][0], None if seen is None else seen + len(raw))
-        return LogRead(generation, _messages(raw), next_cursor, len(raw) >= LOG_READ_BATCH,
-                       lost)
+        next_cursor = (
+            cursor if not raw else _cursor(raw[-1][0], None if seen is None else seen + len(raw))
+        )
+        return LogRead(generation, _messages(raw), next_cursor, len(raw) >= LOG_READ_BATCH, lost)
 
 
 def _stream_id(raw: bytes | str) -> tuple[int, int]:
@@ -336,9 +345,15 @@ def _messages(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> list[LogMessage]:
             ids = tuple(int(x) for x in fields.get(b"ids", b"").split())
         except ValueError:
             continue  # malformed: announces nothing (the cursor still moves past it)
-        out.append(LogMessage(msg_id, fields.get(b"op", b"").decode(errors="replace"),
-                              fields.get(b"src", b""), ids,
-                              float(msg_id.split(b"-")[0]) / 1000.0))
+        out.append(
+            LogMessage(
+                msg_id,
+                fields.get(b"op", b"").decode(errors="replace"),
+                fields.get(b"src", b""),
+                ids,
+                float(msg_id.split(b"-")[0]) / 1000.0,
+            )
+        )
     return out
 
 

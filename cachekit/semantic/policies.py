@@ -38,8 +38,9 @@ def _verified(setting: float | None, comparator: Comparator | None = None) -> Hi
 
 
 def _error_bounded(setting: float | None, comparator: Comparator | None = None) -> HitPolicy:
-    return ErrorBoundedPolicy(max_error=DEFAULT_MAX_ERROR if setting is None else setting,
-                              comparator=comparator)
+    return ErrorBoundedPolicy(
+        max_error=DEFAULT_MAX_ERROR if setting is None else setting, comparator=comparator
+    )
 
 
 #: Whether a fresh answer and a cached one agree (used by policies that learn from checks).
@@ -53,8 +54,9 @@ _BUILDERS: dict[str, Callable[[float | None, Comparator | None], HitPolicy]] = {
 POLICY_NAMES = tuple(_BUILDERS)
 
 
-def build_policy(name: str, setting: float | None = None, *,
-                 comparator: Comparator | None = None) -> HitPolicy:
+def build_policy(
+    name: str, setting: float | None = None, *, comparator: Comparator | None = None
+) -> HitPolicy:
     """The policy called ``name`` at ``setting`` (``None``: its default). ``comparator``: how a
     learning policy tells whether a fresh answer agrees with the cached one (default: equal
     values). ValueError naming the known policies for an unknown name, or for a setting the
@@ -62,9 +64,7 @@ def build_policy(name: str, setting: float | None = None, *,
     try:
         builder = _BUILDERS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown hit policy {name!r}; known: {', '.join(POLICY_NAMES)}"
-        ) from None
+        raise ValueError(f"unknown hit policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
     if setting is not None and (isinstance(setting, bool) or not isinstance(setting, (int, float))):
         raise ValueError(f"the {name} policy's setting must be a number, got {setting!r}")
     return builder(None if setting is None else float(setting), comparator)

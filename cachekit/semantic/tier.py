@@ -367,8 +367,9 @@ class SemanticTier:
         except Exception:
             # A failing policy must not answer, nor fail the other callers in the batch.
             self.errors += 1
-            log.warning("cachekit: hit policy %r failed; treated as a miss",
-                        self.policy, exc_info=True)
+            log.warning(
+                "cachekit: hit policy %r failed; treated as a miss", self.policy, exc_info=True
+            )
             return Match(live[0][0], None)
         if chosen is None:
             return Match(live[0][0], None)
@@ -387,8 +388,9 @@ class SemanticTier:
             return decode_envelope(self.engine.serializer, entry.value)
         except SerializationError as exc:
             self.errors += 1
-            log.warning("cachekit: unreadable semantic entry %d treated as a miss: %s",
-                        entry.id, exc)
+            log.warning(
+                "cachekit: unreadable semantic entry %d treated as a miss: %s", entry.id, exc
+            )
             return None
 
     # ------------------------------------------------------------------ writes
@@ -404,8 +406,9 @@ class SemanticTier:
     ) -> int:
         """Embed ``texts`` (one call) and store ``values`` for them in ``scope``. Returns how
         many were stored (values that cannot be serialized are skipped)."""
-        return self.add_many([(scope, t, v) for t, v in zip(texts, values, strict=True)],
-                             ttl=ttl, version=version)
+        return self.add_many(
+            [(scope, t, v) for t, v in zip(texts, values, strict=True)], ttl=ttl, version=version
+        )
 
     def add_many(
         self,
@@ -441,8 +444,9 @@ class SemanticTier:
             raise ValueError(f"vectors must have shape ({len(texts)}, dim), got {vecs.shape}")
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         np.divide(vecs, norms, out=vecs, where=norms > 0)
-        return self._add_vectors([(scope_key, t, v) for t, v in zip(texts, values, strict=True)],
-                                 vecs, ttl, None, False)
+        return self._add_vectors(
+            [(scope_key, t, v) for t, v in zip(texts, values, strict=True)], vecs, ttl, None, False
+        )
 
     def _add_vectors(
         self,
@@ -465,15 +469,17 @@ class SemanticTier:
                 data = value
             else:
                 try:
-                    data = encode_envelope(self.engine.serializer,
-                                           Envelope(value, now, ttl, 0.0, version))
+                    data = encode_envelope(
+                        self.engine.serializer, Envelope(value, now, ttl, 0.0, version)
+                    )
                 except SerializationError as exc:
                     self.engine.telemetry.serialization_errors += 1
                     log.warning("cachekit: not caching semantic entry: %s", exc)
                     continue
             expires = None if ttl is None else now + ttl
-            entries.append(SemanticEntry(entry_id(scope, text), scope, text, data, now, expires,
-                                         ns_version))
+            entries.append(
+                SemanticEntry(entry_id(scope, text), scope, text, data, now, expires, ns_version)
+            )
             rows.append(row)
         if not entries:
             return 0
@@ -608,8 +614,12 @@ class SemanticTier:
                 for e in self._entries.values()
             ]
             (root / "entries.msgpack").write_bytes(msgpack.packb(rows, use_bin_type=True))
-            meta = {"format": _SAVE_FORMAT, "name": self.name, "scopes": names,
-                    "embedder": self.embedder.name}
+            meta = {
+                "format": _SAVE_FORMAT,
+                "name": self.name,
+                "scopes": names,
+                "embedder": self.embedder.name,
+            }
             (root / "meta.json").write_text(json.dumps(meta, indent=2))
 
     def load(self, directory: str | Path) -> int:
@@ -634,8 +644,9 @@ class SemanticTier:
             self.clear()
             self._indexes = indexes
             for id_, scope, text, value, created, expires, version in rows:
-                self._entries[id_] = SemanticEntry(id_, scope, text, value, created, expires,
-                                                   version, stamp=stamp)
+                self._entries[id_] = SemanticEntry(
+                    id_, scope, text, value, created, expires, version, stamp=stamp
+                )
                 if expires is not None:
                     heapq.heappush(self._expiry, (expires, id_))
             # Versions are per cache instance; what was saved belongs to this one now.
@@ -725,8 +736,9 @@ class SemanticTier:
             return
         with self._start_lock:
             if self._sync_thread is None and not self._stop.is_set():
-                t = threading.Thread(target=self._sync_loop, name=f"cachekit-sem-sync:{self.name}",
-                                     daemon=True)
+                t = threading.Thread(
+                    target=self._sync_loop, name=f"cachekit-sem-sync:{self.name}", daemon=True
+                )
                 self._sync_thread = t
                 t.start()
 
@@ -757,8 +769,7 @@ class SemanticTier:
 
     # ------------------------------------------------------------------ sharing
 
-    def _share(self, entries: Sequence[SemanticEntry], vecs: np.ndarray,
-               ttl: float | None) -> None:
+    def _share(self, entries: Sequence[SemanticEntry], vecs: np.ndarray, ttl: float | None) -> None:
         """Write entries to the shared store, one guarded call per chunk: an entry is marked
         shared only when its chunk was written."""
         store = self._store
@@ -767,8 +778,17 @@ class SemanticTier:
         for start in range(0, len(entries), PIPELINE_CHUNK):
             chunk = entries[start : start + PIPELINE_CHUNK]
             stored = [
-                StoredEntry(e.id, e.scope, e.text, e.value, e.created_at, e.expires_at, e.version,
-                            emb, vecs[start + j])
+                StoredEntry(
+                    e.id,
+                    e.scope,
+                    e.text,
+                    e.value,
+                    e.created_at,
+                    e.expires_at,
+                    e.version,
+                    emb,
+                    vecs[start + j],
+                )
                 for j, e in enumerate(chunk)
             ]
             if self.engine.l2_call(store.write, stored, ttl, self._origin) is not FAILED:
@@ -779,8 +799,9 @@ class SemanticTier:
         store = self._store
         assert store is not None
         for start in range(0, len(ids), PIPELINE_CHUNK):
-            self.engine.l2_call(store.delete, list(ids[start : start + PIPELINE_CHUNK]),
-                                self._origin)
+            self.engine.l2_call(
+                store.delete, list(ids[start : start + PIPELINE_CHUNK]), self._origin
+            )
 
     def _fetch(self, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]] | None:
         """The stored entries of ``ids`` that pass validation; None when the store failed."""
@@ -797,8 +818,21 @@ class SemanticTier:
             vec = self._valid_vector(s)
             if vec is None or (s.expires_at is not None and s.expires_at <= now):
                 continue
-            out.append((SemanticEntry(s.id, s.scope, s.text, s.value, s.created_at,
-                                      s.expires_at, s.version, shared=True), vec))
+            out.append(
+                (
+                    SemanticEntry(
+                        s.id,
+                        s.scope,
+                        s.text,
+                        s.value,
+                        s.created_at,
+                        s.expires_at,
+                        s.version,
+                        shared=True,
+                    ),
+                    vec,
+                )
+            )
         return out
 
     def _valid_vector(self, s: StoredEntry) -> np.ndarray | None:
@@ -833,8 +867,11 @@ class SemanticTier:
         entries = [e for e, _ in fetched]
         vecs = np.stack([v for _, v in fetched]).reshape(len(fetched), dim)
         with self._lock:
-            ok = [j for j, e in enumerate(entries)
-                  if e.scope not in self._indexes or self._indexes[e.scope].dim == dim]
+            ok = [
+                j
+                for j, e in enumerate(entries)
+                if e.scope not in self._indexes or self._indexes[e.scope].dim == dim
+            ]
         if ok:
             self._insert([entries[j] for j in ok], vecs[ok])
 
@@ -853,8 +890,11 @@ class SemanticTier:
         self._apply_adds(fetched)
         present = {e.id for e, _ in fetched}
         with self._lock:
-            stale = [e.id for e in self._entries.values()
-                     if e.shared and e.stamp < scan_started and e.id not in present]
+            stale = [
+                e.id
+                for e in self._entries.values()
+                if e.shared and e.stamp < scan_started and e.id not in present
+            ]
         self.remove_ids(stale)
         self.resyncs += 1
         return snap.cursor
@@ -885,8 +925,7 @@ class SemanticTier:
                 if self._stop.is_set():
                     break
                 self.errors += 1
-                log.warning("cachekit: semantic sync of %s failed (%r); rescanning",
-                            self.name, exc)
+                log.warning("cachekit: semantic sync of %s failed (%r); rescanning", self.name, exc)
                 last = None
             if last is None:
                 # Messages may have been missed: the next step rescans, after a backoff.
@@ -958,8 +997,13 @@ class SemanticTier:
             return False
         now = self.engine.clock()
         with self._lock:
-            held = [i for i in gone if (e := self._entries.get(i)) is not None and e.shared
-                    and (e.expires_at is None or e.expires_at > now + _EXPIRY_SLACK_S)]
+            held = [
+                i
+                for i in gone
+                if (e := self._entries.get(i)) is not None
+                and e.shared
+                and (e.expires_at is None or e.expires_at > now + _EXPIRY_SLACK_S)
+            ]
         self.missing_found += len(held)
         return bool(held)
 
@@ -970,8 +1014,11 @@ class SemanticTier:
             if n and self._audit_pos >= n:
                 self._audit_pos = 0
             start = self._audit_pos
-            ring = [e.id for e in itertools.islice(self._entries.values(), start,
-                                                   start + _AUDIT_BATCH) if e.shared]
+            ring = [
+                e.id
+                for e in itertools.islice(self._entries.values(), start, start + _AUDIT_BATCH)
+                if e.shared
+            ]
             self._audit_pos = start + _AUDIT_BATCH
         return list(hits.union(ring))
 

@@ -80,8 +80,13 @@ class VerifierModel:
     def logit(self, cosine: float, query: str, candidate: str) -> float:
         """Log-odds that ``candidate``'s answer answers ``query``."""
         z = self.bias
-        for x, w, m, s in zip(pair_features(cosine, query, candidate), self.weights, self.mean,
-                              self.scale, strict=True):
+        for x, w, m, s in zip(
+            pair_features(cosine, query, candidate),
+            self.weights,
+            self.mean,
+            self.scale,
+            strict=True,
+        ):
             z += w * (x - m) / s
         return z
 
@@ -91,9 +96,17 @@ class VerifierModel:
     # ------------------------------------------------------------------ files
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": _FORMAT, "features": list(self.features), "weights": list(self.weights),
-                "bias": self.bias, "mean": list(self.mean), "scale": list(self.scale),
-                "threshold": self.threshold, "prefilter": self.prefilter, "info": self.info}
+        return {
+            "format": _FORMAT,
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "bias": self.bias,
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+            "threshold": self.threshold,
+            "prefilter": self.prefilter,
+            "info": self.info,
+        }
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON to ``path`` (a file, or a directory: ``verifier.json``)."""
@@ -114,10 +127,14 @@ class VerifierModel:
         if raw.get("format") != _FORMAT:
             raise ValueError(f"{p}: unsupported verifier model format {raw.get('format')!r}")
         return cls(
-            weights=tuple(raw["weights"]), bias=float(raw["bias"]), mean=tuple(raw["mean"]),
-            scale=tuple(raw["scale"]), threshold=float(raw["threshold"]),
+            weights=tuple(raw["weights"]),
+            bias=float(raw["bias"]),
+            mean=tuple(raw["mean"]),
+            scale=tuple(raw["scale"]),
+            threshold=float(raw["threshold"]),
             prefilter=float(raw.get("prefilter", DEFAULT_PREFILTER)),
-            features=tuple(raw["features"]), info=dict(raw.get("info", {})),
+            features=tuple(raw["features"]),
+            info=dict(raw.get("info", {})),
         )
 
 
@@ -142,8 +159,9 @@ class VerifiedPolicy:
         prefilter: float | None = None,
     ) -> None:
         self.model = model if isinstance(model, VerifierModel) else VerifierModel.load(model)
-        self.min_probability = (self.model.threshold if min_probability is None
-                                else float(min_probability))
+        self.min_probability = (
+            self.model.threshold if min_probability is None else float(min_probability)
+        )
         if not 0.0 < self.min_probability < 1.0:
             raise ValueError(f"min_probability must be in (0, 1), got {min_probability!r}")
         self.prefilter = self.model.prefilter if prefilter is None else float(prefilter)
@@ -154,8 +172,12 @@ class VerifiedPolicy:
 
     def scores(self, query: str, candidates: Sequence[Candidate]) -> list[float | None]:
         """Each candidate's probability (None below the pre-filter)."""
-        return [self.model.probability(c.similarity, query, c.text)
-                if c.similarity >= self.prefilter else None for c in candidates]
+        return [
+            self.model.probability(c.similarity, query, c.text)
+            if c.similarity >= self.prefilter
+            else None
+            for c in candidates
+        ]
 
     def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
         best, best_p = None, self.min_probability
@@ -193,8 +215,9 @@ def load_pairs(path: str | Path) -> list[LabelledPair]:
                 row = json.loads(line)
                 q, c, d = row["query"], row["cached"], row["duplicate"]
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n + 1}: expected query, cached, duplicate ({exc})") \
-                    from exc
+                raise ValueError(
+                    f"{path}:{n + 1}: expected query, cached, duplicate ({exc})"
+                ) from exc
             if not isinstance(q, str) or not isinstance(c, str) or not isinstance(d, bool):
                 raise ValueError(f"{path}:{n + 1}: query/cached must be str, duplicate bool")
             out.append(LabelledPair(n, q, c, d))
@@ -236,21 +259,31 @@ def train_verifier(
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale < 1e-6] = 1.0
     w, b = _fit_logistic((x - mean) / scale, y, _L2)
-    model = VerifierModel(tuple(map(float, w)), float(b), tuple(map(float, mean)),
-                          tuple(map(float, scale)), threshold=0.5)
+    model = VerifierModel(
+        tuple(map(float, w)),
+        float(b),
+        tuple(map(float, mean)),
+        tuple(map(float, scale)),
+        threshold=0.5,
+    )
     cached = list(dict.fromkeys(p.cached for p in rows if pair_part(p.query, p.cached) != "test"))
     threshold, at = _operating_point(model, tune, cached, vec, target_precision)
     info = {
         "trained_on": str(pairs) if isinstance(pairs, (str, Path)) else "pairs",
-        "train_pairs": len(train), "hard_negatives": n_neg, "tune_pairs": len(tune),
-        "test_pairs_unread": len(parts["test"]), "target_precision": target_precision,
-        "tune_at_threshold": at, "embedder": getattr(embedder, "name", "all-MiniLM-L6-v2"),
+        "train_pairs": len(train),
+        "hard_negatives": n_neg,
+        "tune_pairs": len(tune),
+        "test_pairs_unread": len(parts["test"]),
+        "target_precision": target_precision,
+        "tune_at_threshold": at,
+        "embedder": getattr(embedder, "name", "all-MiniLM-L6-v2"),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    model = VerifierModel(model.weights, model.bias, model.mean, model.scale, threshold,
-                          info=info)
-    log(f"trained on {len(train)} pairs + {n_neg} hard negatives; operating point "
-        f"p >= {threshold:.2f} on {len(tune)} tune pairs: {at}")
+    model = VerifierModel(model.weights, model.bias, model.mean, model.scale, threshold, info=info)
+    log(
+        f"trained on {len(train)} pairs + {n_neg} hard negatives; operating point "
+        f"p >= {threshold:.2f} on {len(tune)} tune pairs: {at}"
+    )
     if out is not None:
         log(f"wrote {model.save(out)}")
     return model
@@ -264,14 +297,19 @@ def _embed_texts(embedder: Embedder | None, texts: list[str]) -> dict[str, np.nd
 
         embedder = SentenceTransformerEmbedder()
     unique = list(dict.fromkeys(texts))
-    vecs = np.concatenate([np.asarray(embedder.embed(unique[i : i + 256]), dtype=np.float32)
-                           for i in range(0, len(unique), 256)])
+    vecs = np.concatenate(
+        [
+            np.asarray(embedder.embed(unique[i : i + 256]), dtype=np.float32)
+            for i in range(0, len(unique), 256)
+        ]
+    )
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     return dict(zip(unique, vecs, strict=True))
 
 
-def _neighbours(queries: list[str], pool: list[str], vec: dict[str, np.ndarray],
-                k: int) -> list[list[tuple[float, str]]]:
+def _neighbours(
+    queries: list[str], pool: list[str], vec: dict[str, np.ndarray], k: int
+) -> list[list[tuple[float, str]]]:
     import numpy as np
 
     m = np.stack([vec[t] for t in pool])
@@ -284,8 +322,9 @@ def _neighbours(queries: list[str], pool: list[str], vec: dict[str, np.ndarray],
     return out
 
 
-def _training_rows(train: list[LabelledPair],
-                   vec: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+def _training_rows(
+    train: list[LabelledPair], vec: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, int]:
     import numpy as np
 
     x: list[list[float]] = []
@@ -297,7 +336,7 @@ def _training_rows(train: list[LabelledPair],
     negatives = 0
     near = _neighbours([p.query for p in train], pool, vec, _NEGATIVES_PER_QUERY + 1)
     for p, cands in zip(train, near, strict=True):
-        for sim, text in cands[:_NEGATIVES_PER_QUERY + 1]:
+        for sim, text in cands[: _NEGATIVES_PER_QUERY + 1]:
             if text in (p.cached, p.query) or sim < DEFAULT_PREFILTER:
                 continue
             x.append(pair_features(sim, p.query, text))
@@ -325,8 +364,13 @@ def _fit_logistic(x: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, 
     return w[:-1], float(w[-1])
 
 
-def _operating_point(model: VerifierModel, tune: list[LabelledPair], cached: list[str],
-                     vec: dict[str, np.ndarray], target: float) -> tuple[float, dict[str, Any]]:
+def _operating_point(
+    model: VerifierModel,
+    tune: list[LabelledPair],
+    cached: list[str],
+    vec: dict[str, np.ndarray],
+    target: float,
+) -> tuple[float, dict[str, Any]]:
     """The lowest probability on a 0.01 grid at which ``target`` of the judgeable hits on
     ``tune`` (each query against every cached text) are right."""
     if not tune:
@@ -335,8 +379,11 @@ def _operating_point(model: VerifierModel, tune: list[LabelledPair], cached: lis
     best: list[tuple[float, bool, bool]] = []  # (probability, on own pair, duplicate)
     for p, cands in zip(tune, _neighbours([p.query for p in tune], cached, vec, 4), strict=True):
         offered = [Candidate(i, text, sim) for i, (sim, text) in enumerate(cands)]
-        scores = [(s, c) for s, c in zip(policy.scores(p.query, offered), offered, strict=True)
-                  if s is not None]
+        scores = [
+            (s, c)
+            for s, c in zip(policy.scores(p.query, offered), offered, strict=True)
+            if s is not None
+        ]
         if scores:
             s, c = max(scores, key=lambda sc: sc[0])
             best.append((s, c.text == p.cached, p.duplicate))
@@ -347,7 +394,9 @@ def _operating_point(model: VerifierModel, tune: list[LabelledPair], cached: lis
         judged = [dup for own, dup in hits if own]
         if len(judged) >= 10 and sum(judged) / len(judged) >= target:
             right = sum(judged)
-            return t, {"judged_precision": round(right / len(judged), 3),
-                       "precision": round(right / len(hits), 3),
-                       "recall": round(right / max(1, dups), 3)}
+            return t, {
+                "judged_precision": round(right / len(judged), 3),
+                "precision": round(right / len(hits), 3),
+                "recall": round(right / max(1, dups), 3),
+            }
     return 0.95, {}

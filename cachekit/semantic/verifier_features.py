@@ -23,12 +23,39 @@ __all__ = ["FEATURE_NAMES", "TextInfo", "pair_features", "text_info"]
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _RAW_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'&.-]*")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_NEGATIONS = frozenset({
-    "not", "no", "never", "none", "nothing", "nobody", "neither", "nor", "without", "cannot",
-    "can't", "don't", "doesn't", "didn't", "isn't", "aren't", "wasn't", "weren't", "won't",
-    "wouldn't", "shouldn't", "couldn't", "haven't", "hasn't", "hadn't", "mustn't", "stop",
-    "avoid", "prevent",
-})
+_NEGATIONS = frozenset(
+    {
+        "not",
+        "no",
+        "never",
+        "none",
+        "nothing",
+        "nobody",
+        "neither",
+        "nor",
+        "without",
+        "cannot",
+        "can't",
+        "don't",
+        "doesn't",
+        "didn't",
+        "isn't",
+        "aren't",
+        "wasn't",
+        "weren't",
+        "won't",
+        "wouldn't",
+        "shouldn't",
+        "couldn't",
+        "haven't",
+        "hasn't",
+        "hadn't",
+        "mustn't",
+        "stop",
+        "avoid",
+        "prevent",
+    }
+)
 # Function words carry little of a question's topic: overlap is measured on the rest.
 _STOP = frozenset(
     "a an the of to in on at for from by with about as into over after before between and or "
@@ -41,12 +68,25 @@ _STOP = frozenset(
 _QUESTION_WORDS = ("what", "why", "how", "when", "where", "who", "which", "whom", "whose")
 # Phrases that change the kind of answer even with the same question word.
 _QUESTION_KINDS = (
-    ("how many", "count"), ("how much", "amount"), ("how long", "duration"),
-    ("how old", "age"), ("how often", "frequency"), ("how far", "distance"),
-    ("what is the difference", "difference"), ("difference between", "difference"),
-    ("best", "best"), ("worst", "worst"), ("should i", "advice"), ("can i", "ability"),
-    ("is it possible", "ability"), ("how to", "method"), ("how do", "method"),
-    ("how can", "method"), ("why", "reason"), ("when", "time"), ("where", "place"),
+    ("how many", "count"),
+    ("how much", "amount"),
+    ("how long", "duration"),
+    ("how old", "age"),
+    ("how often", "frequency"),
+    ("how far", "distance"),
+    ("what is the difference", "difference"),
+    ("difference between", "difference"),
+    ("best", "best"),
+    ("worst", "worst"),
+    ("should i", "advice"),
+    ("can i", "ability"),
+    ("is it possible", "ability"),
+    ("how to", "method"),
+    ("how do", "method"),
+    ("how can", "method"),
+    ("why", "reason"),
+    ("when", "time"),
+    ("where", "place"),
     ("who", "person"),
 )
 

@@ -77,7 +77,7 @@ def _script_calls(entries: Sequence[Entry]) -> list[list[Any]]:
     """The EVAL commands (argument lists) that write ``entries``, in chunks."""
     calls = []
     for start in range(0, len(entries), _SCRIPT_CHUNK):
-        chunk = entries[start:start + _SCRIPT_CHUNK]
+        chunk = entries[start : start + _SCRIPT_CHUNK]
         keys: list[Any] = []
         argv: list[Any] = []
         for key, value, ttl in chunk:
@@ -92,8 +92,12 @@ def _refused(exc: Exception) -> bool:
     """Whether a script call failed because the server does not allow scripts (not because of
     the data or the server's state, say out of memory)."""
     msg = str(exc).lower()
-    return isinstance(exc, redis.exceptions.NoPermissionError) or "unknown command" in msg \
-        or "noscript" in msg or ("not allowed" in msg and "oom" not in msg)
+    return (
+        isinstance(exc, redis.exceptions.NoPermissionError)
+        or "unknown command" in msg
+        or "noscript" in msg
+        or ("not allowed" in msg and "oom" not in msg)
+    )
 
 
 def _px(ttl: float) -> int:
@@ -237,8 +241,13 @@ class RedisTier:
         its keys under ``base``: how a semantic tier shares its entries through Redis."""
         from cachekit.semantic.persistence import RedisSemanticStore
 
-        return RedisSemanticStore(lambda: self.client, self._is_cluster, base, log_maxlen,
-                                  reader=self.dedicated_client if self._url else None)
+        return RedisSemanticStore(
+            lambda: self.client,
+            self._is_cluster,
+            base,
+            log_maxlen,
+            reader=self.dedicated_client if self._url else None,
+        )
 
     def dedicated_client(self, socket_timeout: float) -> Any:
         """A new sync client of its own (one connection) with ``socket_timeout``: for blocking
@@ -250,8 +259,11 @@ class RedisTier:
         kwargs = self._common_kwargs()
         # Nothing waits on this connection's setup (it serves background readers), so a loaded
         # machine's slow connect must not count as a dead server.
-        kwargs.update(socket_timeout=socket_timeout, max_connections=2,
-                      socket_connect_timeout=max(self.connect_timeout, socket_timeout))
+        kwargs.update(
+            socket_timeout=socket_timeout,
+            max_connections=2,
+            socket_connect_timeout=max(self.connect_timeout, socket_timeout),
+        )
         if self._is_cluster:
             return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
         return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
@@ -403,7 +415,10 @@ class RedisTier:
         self.client.publish(channel, payload)
 
     def follow_invalidations(
-        self, channel: str, on_message: Callable[[bytes], None], on_gap: Callable[[], None],
+        self,
+        channel: str,
+        on_message: Callable[[bytes], None],
+        on_gap: Callable[[], None],
         on_subscribed: Callable[[], None] | None = None,
     ) -> Callable[[], None] | None:
         """Follow ``channel`` in a daemon thread on a connection of its own: ``on_message``
@@ -524,8 +539,14 @@ _FOLLOW_BACKOFF_MAX_S = 5.0
 class _InvalidationFollower:
     """The thread behind :meth:`RedisTier.follow_invalidations`."""
 
-    def __init__(self, tier: RedisTier, channel: str, on_message: Callable[[bytes], None],
-                 on_gap: Callable[[], None], on_subscribed: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        tier: RedisTier,
+        channel: str,
+        on_message: Callable[[bytes], None],
+        on_gap: Callable[[], None],
+        on_subscribed: Callable[[], None] | None,
+    ) -> None:
         self._tier = tier
         self._channel = channel
         self._on_message = on_message
@@ -534,8 +555,9 @@ class _InvalidationFollower:
         self._stop = threading.Event()
         self._client: Any = None
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"cachekit-invalidations:{channel}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"cachekit-invalidations:{channel}"
+        )
 
     def start(self) -> None:
         self._thread.start()
