@@ -627,3 +627,26 @@ def test_returned_values_are_copies_on_exact_and_semantic_hits(emb, closing) -> 
     answer(CLOSE)["said"].append("changed")  # a semantic hit
     assert answer(STORED) == {"said": [STORED]} == answer(CLOSE)
     assert answer.lookup(CLOSE).status is Status.SEMANTIC_HIT
+
+
+def test_keyword_only_parameters_are_scope_not_the_compared_text() -> None:
+    from cachekit import Cache, Status
+    from cachekit.semantic.testing import DeterministicTestEmbedder
+
+    cache = Cache()
+
+    @cache.semantic(embedder=DeterministicTestEmbedder(), threshold=0.99)
+    def answer(prompt, *, model: str) -> str:
+        return f"{model}:{prompt}"
+
+    try:
+        question = "what is the capital of france"
+        assert answer(question, model="m1") == f"m1:{question}"
+        answer.flush()
+        assert [e.text for e in answer.tier.entries()] == [question]  # not "m1"
+        # The prompt is compared: another model is another scope, another prompt another text.
+        assert answer.lookup("what is the capital of france", model="m1").status is Status.HIT
+        assert answer.lookup("what is the capital of france", model="m2").status is Status.MISS
+        assert answer.lookup("how do I bake bread", model="m1").status is Status.MISS
+    finally:
+        cache.close()

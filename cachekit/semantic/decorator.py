@@ -175,8 +175,9 @@ def _receiver(fn: Callable[..., Any]) -> int:
 
 
 def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
-    """The compared argument: the first parameter annotated ``str``, else the first one (a
-    method's receiver aside)."""
+    """The compared argument: the first positional parameter annotated ``str``, else the first
+    positional one (a method's receiver aside); keyword-only parameters only when there is no
+    positional one."""
     params = [p for p in inspect.signature(fn).parameters.values()]
     candidates = [
         (i, p) for i, p in enumerate(params) if p.kind not in _VAR_KINDS and i >= _receiver(fn)
@@ -185,10 +186,13 @@ def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
         raise TypeError(
             f"{fn!r} has no named parameter to compare; pass text=lambda *a, **kw: ... instead"
         )
-    for i, p in candidates:
+    # Keyword-only parameters (``*, model: str``) are settings, hence scope: they are the
+    # compared text only when nothing can be passed positionally.
+    positional = [c for c in candidates if c[1].kind is not inspect.Parameter.KEYWORD_ONLY]
+    for i, p in positional or candidates:
         if p.annotation is str or p.annotation == "str":
             return i, p.name
-    i, p = candidates[0]
+    i, p = (positional or candidates)[0]
     return i, p.name
 
 
