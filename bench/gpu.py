@@ -44,6 +44,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+from _templates import SUBJECTS, VERBS, parse_size
 
 from cachekit import Cache
 from cachekit.semantic.embedder import SentenceTransformerEmbedder
@@ -54,49 +55,8 @@ QUERY_NOISE = 0.0125  # cosine to the source vector ~0.97
 SCOPE_MODEL = "bench"
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().lower()
-    mult = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
-    return int(float(text.rstrip("km")) * mult)
-
-
 def template_texts(n: int, offset: int = 0) -> list[str]:
-    subjects = [
-        "password",
-        "account",
-        "invoice",
-        "order",
-        "subscription",
-        "refund",
-        "laptop",
-        "phone",
-        "router",
-        "printer",
-        "api key",
-        "database",
-        "email",
-        "profile photo",
-        "shipping address",
-        "credit card",
-        "license",
-        "calendar",
-        "backup",
-        "vpn",
-    ]
-    verbs = [
-        "reset",
-        "change",
-        "cancel",
-        "update",
-        "delete",
-        "recover",
-        "export",
-        "share",
-        "verify",
-        "renew",
-        "configure",
-        "download",
-    ]
+    subjects, verbs = SUBJECTS, VERBS
     frames = [
         "How do I {v} my {s}?",
         "What is the fastest way to {v} the {s} at work",

@@ -46,6 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+from _templates import SUBJECTS, VERBS, parse_size
 
 from cachekit.semantic.index import DEFAULT_BACKGROUND_MIN, FaissIndex
 
@@ -54,49 +55,8 @@ STORE_NOISE = 0.0215  # per-dim std; |noise| ~ 0.42 -> cosine between cluster me
 QUERY_NOISE = 0.0125  # |noise| ~ 0.25 -> cosine to the source vector ~0.97
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().lower()
-    mult = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
-    return int(float(text.rstrip("km")) * mult)
-
-
 def template_texts(n: int) -> list[str]:
-    subjects = [
-        "password",
-        "account",
-        "invoice",
-        "order",
-        "subscription",
-        "refund",
-        "laptop",
-        "phone",
-        "router",
-        "printer",
-        "api key",
-        "database",
-        "email",
-        "profile photo",
-        "shipping address",
-        "credit card",
-        "license",
-        "calendar",
-        "backup",
-        "vpn",
-    ]
-    verbs = [
-        "reset",
-        "change",
-        "cancel",
-        "update",
-        "delete",
-        "recover",
-        "export",
-        "share",
-        "verify",
-        "renew",
-        "configure",
-        "download",
-    ]
+    subjects, verbs = SUBJECTS, VERBS
     frames = [
         "How do I {v} my {s}?",
         "What is the fastest way to {v} the {s}",
