@@ -149,7 +149,15 @@ class RecordingStream:
         self._inner.close()
 
 
-class _ChatCompletions:
+class _Endpoint:
+    """A cached ``create``: the request rules decide, a hit comes back as the openai package's
+    own type (:meth:`_hit`), a miss is the client's result, stored when complete (:meth:`_miss`
+    says what to return and what, if anything, to store now)."""
+
+    endpoint = CHAT
+    stream_type: Any = openai.Stream
+    recorder: Any = RecordingStream
+
     def __init__(self, inner: Any, ctx: _Context) -> None:
         self._inner = inner
         self._ctx = ctx
@@ -157,50 +165,50 @@ class _ChatCompletions:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def _hit(self, req: LLMRequest, response: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _miss(self, req: LLMRequest, result: Any) -> tuple[Any, Any]:
+        return result, result.model_dump(mode="json", exclude_unset=True)
+
+    def _storable(self, req: LLMRequest, body: Any) -> bool:
+        return body is not None and self._ctx.storable(req, body)
+
     def create(self, **kwargs: Any) -> Any:
         ctx = self._ctx
-        req = ctx.prepare(CHAT, kwargs)
+        req = ctx.prepare(self.endpoint, kwargs)
         if req is None:
             return self._inner.create(**kwargs)
         found = ctx.llm.lookup(req)
         if found.hit and found.response is not None:
-            if req.stream:
-                return openai.Stream(
-                    cast_to=ChatCompletionChunk,
-                    client=ctx.client,
-                    response=_sse_response(found.response, req.include_usage),
-                )
-            return ChatCompletion.model_validate(found.response)
-        result = self._inner.create(**kwargs)
+            return self._hit(req, found.response)
+        result, body = self._miss(req, self._inner.create(**kwargs))
+        if self._storable(req, body):
+            ctx.llm.store(req, body)
+        return result
+
+
+class _ChatCompletions(_Endpoint):
+    def _hit(self, req: LLMRequest, response: dict[str, Any]) -> Any:
         if req.stream:
-            return RecordingStream(result, ctx, req)
-        body = result.model_dump(mode="json", exclude_unset=True)
-        if ctx.storable(req, body):
-            ctx.llm.store(req, body)
-        return result
+            return self.stream_type(
+                cast_to=ChatCompletionChunk,
+                client=self._ctx.client,
+                response=_sse_response(response, req.include_usage),
+            )
+        return ChatCompletion.model_validate(response)
+
+    def _miss(self, req: LLMRequest, result: Any) -> tuple[Any, Any]:
+        if req.stream:  # stored by the recorder once the stream ended complete
+            return self.recorder(result, self._ctx, req), None
+        return super()._miss(req, result)
 
 
-class _Embeddings:
-    def __init__(self, inner: Any, ctx: _Context) -> None:
-        self._inner = inner
-        self._ctx = ctx
+class _Embeddings(_Endpoint):
+    endpoint = EMBEDDINGS
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def create(self, **kwargs: Any) -> Any:
-        ctx = self._ctx
-        req = ctx.prepare(EMBEDDINGS, kwargs)
-        if req is None:
-            return self._inner.create(**kwargs)
-        found = ctx.llm.lookup(req)
-        if found.hit and found.response is not None:
-            return CreateEmbeddingResponse.model_validate(found.response)
-        result = self._inner.create(**kwargs)
-        body = result.model_dump(mode="json", exclude_unset=True)
-        if ctx.storable(req, body):
-            ctx.llm.store(req, body)
-        return result
+    def _hit(self, req: LLMRequest, response: dict[str, Any]) -> Any:
+        return CreateEmbeddingResponse.model_validate(response)
 
 
 # ---------------------------------------------------------------------- async
@@ -242,44 +250,32 @@ class AsyncRecordingStream:
         await self._inner.close()
 
 
-class _AsyncChatCompletions(_ChatCompletions):
+class _AsyncEndpoint(_Endpoint):
+    """:class:`_Endpoint` for ``AsyncOpenAI``: the same rules, awaited."""
+
+    stream_type = openai.AsyncStream
+    recorder = AsyncRecordingStream
+
     async def create(self, **kwargs: Any) -> Any:
         ctx = self._ctx
-        req = ctx.prepare(CHAT, kwargs)
+        req = ctx.prepare(self.endpoint, kwargs)
         if req is None:
             return await self._inner.create(**kwargs)
         found = await ctx.llm.alookup(req)
         if found.hit and found.response is not None:
-            if req.stream:
-                return openai.AsyncStream(
-                    cast_to=ChatCompletionChunk,
-                    client=ctx.client,
-                    response=_sse_response(found.response, req.include_usage),
-                )
-            return ChatCompletion.model_validate(found.response)
-        result = await self._inner.create(**kwargs)
-        if req.stream:
-            return AsyncRecordingStream(result, ctx, req)
-        body = result.model_dump(mode="json", exclude_unset=True)
-        if ctx.storable(req, body):
+            return self._hit(req, found.response)
+        result, body = self._miss(req, await self._inner.create(**kwargs))
+        if self._storable(req, body):
             await ctx.llm.astore(req, body)
         return result
 
 
-class _AsyncEmbeddings(_Embeddings):
-    async def create(self, **kwargs: Any) -> Any:
-        ctx = self._ctx
-        req = ctx.prepare(EMBEDDINGS, kwargs)
-        if req is None:
-            return await self._inner.create(**kwargs)
-        found = await ctx.llm.alookup(req)
-        if found.hit and found.response is not None:
-            return CreateEmbeddingResponse.model_validate(found.response)
-        result = await self._inner.create(**kwargs)
-        body = result.model_dump(mode="json", exclude_unset=True)
-        if ctx.storable(req, body):
-            await ctx.llm.astore(req, body)
-        return result
+class _AsyncChatCompletions(_AsyncEndpoint, _ChatCompletions):
+    pass
+
+
+class _AsyncEmbeddings(_AsyncEndpoint, _Embeddings):
+    pass
 
 
 # ---------------------------------------------------------------------- the wrapper

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     # Standard-library-only helpers every layer may use: optional-dependency checks, argument
     # checks, and the shared tier's health values with their diagnosis.
     "cachekit.extras": TYPES,
+    "cachekit.lazy": TYPES,
     "cachekit.validation": TYPES,
     "cachekit.health": TYPES,
     "cachekit.keys": MECHANISMS,

@@ -12,33 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_semantic_redis import CLOSE, STORED, WORDS, topic
 
 from cachekit import Cache, Status
 from cachekit.semantic.persistence import RedisSemanticStore
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.semantic.tier import entry_id
 from cachekit.testing import wait_until
-
-STORED = "how do I reset my password"
-CLOSE = "how do I reset my password please"
-WORDS = [
-    "apple",
-    "river",
-    "motor",
-    "violet",
-    "castle",
-    "pepper",
-    "silver",
-    "tunnel",
-    "garden",
-    "rocket",
-    "marble",
-    "forest",
-]
-
-
-def topic(i: int) -> str:
-    return f"tell me about the {WORDS[i]} and the {WORDS[(i + 7) % len(WORDS)]}"
 
 
 def replica(url: str, namespace: str, closing: Callable[[Any], Any], **kw: Any) -> Any:
