@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from cachekit.cache import Cache, Status
 from cachekit.llm.prices import PriceTable
 from cachekit.llm.rules import CHAT, LLMRequest, TenantResolver, prepare
+from cachekit.sansio import Core, adrive, drive
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -194,6 +195,7 @@ class LLMCache:
         self._name = name
         self._sync_fn: Any = None
         self._async_fn: Any = None
+        self._op_tables = (self._ops(False), self._ops(True))  # the drivers' operations
 
     # ------------------------------------------------------------------ semantic functions
 
@@ -297,6 +299,43 @@ class LLMCache:
         for at most the configured TTL whatever ``ttl`` says (the semantic function has one)."""
         return self.ttl if ttl is None else float(ttl)
 
+    # ------------------------------------------------------------------ one core, two forms
+
+    def _lookup_core(
+        self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
+    ) -> Core[CacheLookup]:
+        found = self._unwrap((yield ("get", (req.key,))), max_age)
+        if found is not None:
+            return CacheLookup(Status.HIT, found[0], None, found[1])
+        if not self._use_semantic(req, semantic):
+            return _MISS
+        r = yield ("semantic_lookup", (req.text, req.scope))
+        return self._semantic_result(r, max_age, min_similarity)
+
+    def _store_core(
+        self, req: LLMRequest, response: Mapping[str, Any], ttl: float | None, semantic: bool
+    ) -> Core[bool]:
+        value = self._wrap(response, self.entry_ttl(ttl))
+        ok = yield ("set", (req.key, value, self.entry_ttl(ttl)))
+        if self._use_semantic(req, semantic):
+            yield ("semantic_put", (value, req.text, req.scope))
+        return bool(ok)
+
+    def _ops(self, asynchronous: bool) -> dict[str, Callable[..., Any]]:
+        cache = self.cache
+        return {
+            "get": cache.aget if asynchronous else cache.get,
+            "set": (lambda k, v, ttl: cache.aset(k, v, ttl=ttl))
+            if asynchronous
+            else (lambda k, v, ttl: cache.set(k, v, ttl=ttl)),
+            "semantic_lookup": lambda text, scope: self.semantic_function(asynchronous).lookup(
+                text, scope=scope
+            ),
+            "semantic_put": lambda value, text, scope: self.semantic_function(asynchronous).put(
+                value, text, scope=scope
+            ),
+        }
+
     # ------------------------------------------------------------------ sync
 
     def lookup(
@@ -314,14 +353,9 @@ class LLMCache:
         ``max_age``: only entries younger than that (s). ``min_similarity``: a semantic hit
         must reach it as well as the policy's own bar (it can only raise the bar)."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        core = self._lookup_core(req, max_age, min_similarity, semantic)
         try:
-            found = self._unwrap(self.cache.get(req.key), max_age)
-            if found is not None:
-                return CacheLookup(Status.HIT, found[0], None, found[1])
-            if not self._use_semantic(req, semantic):
-                return _MISS
-            r = self.semantic_function(False).lookup(req.text, scope=req.scope)
-            return self._semantic_result(r, max_age, min_similarity)
+            return drive(core, self._op_tables[0])
         except Exception as exc:  # the cache must never fail the caller
             log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
             return _MISS
@@ -340,12 +374,8 @@ class LLMCache:
         """Store a complete response (check it with :func:`rules.cacheable_response` first).
         Returns whether the exact entry was written."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
-        value = self._wrap(response, self.entry_ttl(ttl))
         try:
-            ok = self.cache.set(req.key, value, ttl=self.entry_ttl(ttl))
-            if self._use_semantic(req, semantic):
-                self.semantic_function(False).put(value, req.text, scope=req.scope)
-            return bool(ok)
+            return drive(self._store_core(req, response, ttl, semantic), self._op_tables[0])
         except Exception as exc:
             log.warning("cachekit: LLM cache store failed: %r", exc)
             return False
@@ -365,14 +395,9 @@ class LLMCache:
     ) -> CacheLookup:
         """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        core = self._lookup_core(req, max_age, min_similarity, semantic)
         try:
-            found = self._unwrap(await self.cache.aget(req.key), max_age)
-            if found is not None:
-                return CacheLookup(Status.HIT, found[0], None, found[1])
-            if not self._use_semantic(req, semantic):
-                return _MISS
-            r = await self.semantic_function(True).lookup(req.text, scope=req.scope)
-            return self._semantic_result(r, max_age, min_similarity)
+            return await adrive(core, self._op_tables[1])
         except Exception as exc:
             log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
             return _MISS
@@ -390,12 +415,8 @@ class LLMCache:
     ) -> bool:
         """:meth:`store` for asyncio callers."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
-        value = self._wrap(response, self.entry_ttl(ttl))
         try:
-            ok = await self.cache.aset(req.key, value, ttl=self.entry_ttl(ttl))
-            if self._use_semantic(req, semantic):
-                await self.semantic_function(True).put(value, req.text, scope=req.scope)
-            return bool(ok)
+            return await adrive(self._store_core(req, response, ttl, semantic), self._op_tables[1])
         except Exception as exc:
             log.warning("cachekit: LLM cache store failed: %r", exc)
             return False
