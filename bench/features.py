@@ -6,7 +6,8 @@ stated mix):
 * 100% L1 hits;
 * 90% L1 hits, the other 10% in Redis only (written by another Cache, as another replica would);
 * 90% L2 hits (empty L1), the other 10% loaded;
-* all misses: every id loaded and written back to both tiers.
+* all misses: every id loaded and written back to both tiers;
+* the first three again with ``copy=False`` (callers share the cached objects, no copy per hit).
 
 Baselines, measured in the same run and interleaved with the scenarios so that machine noise
 hits all of them alike: a loop of ``redis.get`` + msgpack decode per id against the same server
@@ -61,9 +62,11 @@ class Bench:
         self.reader = Cache(**opts)
         self.writer = Cache(**opts)  # another replica: fills Redis, not the reader's L1
         self.users = self.reader.features("user", loader=self.load, ttl=3600, version=1)
+        self.shared = self.reader.features("user", loader=self.load, ttl=3600, copy=False)
         self.wusers = self.writer.features("user", loader=self.load, ttl=3600, version=1)
         self.hot = self.fresh(N)
         self.users.prime({i: self.store[i] for i in self.hot})  # reader L1 (and Redis)
+        self.shared.prime({i: self.store[i] for i in self.hot})
         self.redis = redis.Redis.from_url(url)
         self.hot_keys = [self.users.cache_key(i) for i in self.hot]
         self.loop = asyncio.new_event_loop()
@@ -105,6 +108,18 @@ class Bench:
     def s_miss(self) -> Callable[[], Any]:
         ids = self.fresh(N)
         return lambda: self.users.get_many(ids)
+
+    def s_shared_all_l1(self) -> Callable[[], Any]:
+        ids = list(self.hot)
+        return lambda: self.shared.get_many(ids)
+
+    def s_shared_l1_90(self) -> Callable[[], Any]:
+        ids = self.mixed(self.hot[: N * 9 // 10], self.in_l2_only(N // 10))
+        return lambda: self.shared.get_many(ids)
+
+    def s_shared_miss(self) -> Callable[[], Any]:
+        ids = self.fresh(N)
+        return lambda: self.shared.get_many(ids)
 
     def s_async_l1_90(self) -> Callable[[], Any]:
         ids = self.mixed(self.hot[: N * 9 // 10], self.in_l2_only(N // 10))
@@ -153,6 +168,9 @@ def main() -> None:
             ("aget_many, 90% L1 hits + 10% L2", b.s_async_l1_90),
             ("get_many, 90% L2 hits + 10% loaded", b.s_l2_90),
             ("get_many, all misses (loaded)", b.s_miss),
+            ("copy=False: get_many, 100% L1 hits", b.s_shared_all_l1),
+            ("copy=False: get_many, 90% L1 hits + 10% L2", b.s_shared_l1_90),
+            ("copy=False: get_many, all misses (loaded)", b.s_shared_miss),
             ("baseline: per-id GET loop", b.b_get_loop),
             ("baseline: one MGET + decode", b.b_mget),
             ("baseline: loader called directly", b.b_loader),
@@ -166,7 +184,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 out = call()
                 times[name].append(time.perf_counter() - t0)
-                if name.startswith(("get_many", "aget_many")):
+                if "get_many" in name:
                     assert len(out) == N and not out.failed, name
         b.loop.close()
 

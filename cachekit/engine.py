@@ -30,11 +30,10 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from cachetools import LRUCache
 
 from cachekit.breaker import CircuitBreaker
 from cachekit.health import Diagnosis, Health, diagnose
@@ -45,7 +44,7 @@ from cachekit.serialization import (
     SerializationError,
     SignedSerializer,
     decode_envelope,
-    encode_envelope,
+    encode_for_tiers,
     for_sharing,
     get_serializer,
     parse_version,
@@ -64,6 +63,9 @@ __all__ = ["Engine", "KeyShape"]
 log = logging.getLogger("cachekit")
 
 T = TypeVar("T")
+
+#: One L1 write of a batch: (local key, envelope as held, seconds to keep, size in bytes).
+L1Item = tuple[Hashable, Envelope, float | None, int]
 
 #: A shared-tier operation a core needs: (StorageTier method name, its one argument).
 L2Op = tuple[str, Any]
@@ -159,7 +161,11 @@ class Engine:
         # keys of what this process holds in L1 (filled on the store and L2-fill paths only).
         self._origin = uuid.uuid4().hex
         self._inval_channel = f"{key_prefix}:{namespace}:invalidations"
-        self._local_of: LRUCache[str, Hashable] = LRUCache(max(1024, 2 * l1_max_entries))
+        # Oldest-written first out (a key written again moves to the end): the map is read only
+        # when an invalidation arrives, so recency of writes is all an LRU would track, and a
+        # plain ordered dict costs a tenth of an LRUCache per store.
+        self._local_of: OrderedDict[str, Hashable] = OrderedDict()
+        self._local_of_max = max(1024, 2 * l1_max_entries)
         self._local_of_lock = threading.Lock()
         self._publishes = callable(getattr(self.l2, "publish_invalidation", None))
         self._follows = False
@@ -450,6 +456,7 @@ class Engine:
         found: list[Found],
         datas: list[bytes | None] | Any,
         now: float,
+        share: bool = False,
     ) -> None:
         """Fold one shared-tier read into ``found`` (one entry per key)."""
         if datas is FAILED:
@@ -457,11 +464,26 @@ class Engine:
                 if f.status is Status.MISS:
                     found[i] = Found(Status.ERROR)
             return
+        fills: list[L1Item] = []
         for i, data in enumerate(datas):
-            found[i] = self._l2_found(keys[i], found[i], data, now)
+            found[i] = self._l2_found(keys[i], found[i], data, now, share, fills)
+        if fills and self.l1 is not None:
+            self.l1.set_many(fills)  # one lock and one clock read for the batch
+            self._remember_locals(
+                [k for k, f in zip(keys, found, strict=True) if f.status is Status.HIT]
+            )
 
-    def _l2_found(self, key: CacheKey, prev: Found, data: bytes | None, now: float) -> Found:
-        """What the shared tier's bytes for ``key`` make of ``prev`` (what L1 found)."""
+    def _l2_found(
+        self,
+        key: CacheKey,
+        prev: Found,
+        data: bytes | None,
+        now: float,
+        share: bool = False,
+        fills: list[L1Item] | None = None,
+    ) -> Found:
+        """What the shared tier's bytes for ``key`` make of ``prev`` (what L1 found). A fresh
+        entry goes into L1 at once, or into ``fills`` when given (the caller stores them)."""
         l2c = self._l2c
         assert l2c is not None
         if data is None:
@@ -477,7 +499,7 @@ class Engine:
             return prev
         if env.fresh(now):
             l2c.hits += 1
-            self._fill_l1(key, env, data, now)
+            self._fill_l1(key, env, data, now, share, fills)
             return Found(Status.HIT, env, "l2")
         if env.servable_stale(now):
             l2c.hits += 1
@@ -485,7 +507,15 @@ class Engine:
         l2c.misses += 1
         return prev
 
-    def _fill_l1(self, key: CacheKey, env: Envelope, data: bytes, now: float) -> None:
+    def _fill_l1(
+        self,
+        key: CacheKey,
+        env: Envelope,
+        data: bytes,
+        now: float,
+        share: bool = False,
+        fills: list[L1Item] | None = None,
+    ) -> None:
         if self.l1 is None:
             return
         remaining = None
@@ -494,16 +524,28 @@ class Engine:
             if remaining <= 0:
                 return
         try:
-            held = self._for_l1(env)
+            held = env if share else self._for_l1(env)
         except SerializationError:
             return
-        self.l1.set(key.local, held, remaining, len(data))
-        if self._follows and key.local != key.remote:
-            self._remember_local(key)
+        if fills is None:
+            self.l1.set(key.local, held, remaining, len(data))
+            self._remember_locals([key])
+        else:
+            fills.append((key.local, held, remaining, len(data)))
 
-    def _remember_local(self, key: CacheKey) -> None:
+    def _remember_locals(self, keys: Sequence[CacheKey]) -> None:
+        """Remember which local key each remote key is held under, for invalidations from
+        other processes (only when following them, and only where the two differ)."""
+        if not self._follows:
+            return
+        local_of = self._local_of
         with self._local_of_lock:
-            self._local_of[key.remote] = key.local
+            for key in keys:
+                if key.local != key.remote:
+                    local_of[key.remote] = key.local
+                    local_of.move_to_end(key.remote)
+            while len(local_of) > self._local_of_max:
+                local_of.popitem(last=False)
 
     def _for_l1(self, env: Envelope) -> Envelope:
         """What L1 holds for ``env``: its value as is when immutable, else a :class:`Packed`
@@ -599,7 +641,11 @@ class Engine:
         return lambda i: self._current([keys[i]])[0]
 
     def lookup_lazy(
-        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+        self,
+        locals_: Sequence[Hashable],
+        key_of: Callable[[int], CacheKey],
+        *,
+        share: bool = False,
     ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
         """The batch lookup shaped for large batches that are mostly L1 hits (feature sets).
 
@@ -612,16 +658,24 @@ class Engine:
         :class:`~cachekit.serialization.Packed`, whose ``load()`` gives the caller its copy
         (``v.load() if type(v) is Packed else v``); building a new envelope per hit would cost
         more than the copy.
+
+        ``share``: entries read from the shared tier go into L1 as the decoded value itself, not
+        a packed copy (for callers that hand out shared read-only values and keep their entries
+        under their own local keys; see :meth:`store_many`).
         """
-        return self._run(self._lazy_core(locals_, key_of))
+        return self._run(self._lazy_core(locals_, key_of, share))
 
     async def alookup_lazy(
-        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+        self,
+        locals_: Sequence[Hashable],
+        key_of: Callable[[int], CacheKey],
+        *,
+        share: bool = False,
     ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
-        return await self._arun(self._lazy_core(locals_, key_of))
+        return await self._arun(self._lazy_core(locals_, key_of, share))
 
     def _lazy_core(
-        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey]
+        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey], share: bool = False
     ) -> Core[tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]]:
         now = self.clock()
         if now >= self._next_version_check:
@@ -636,7 +690,7 @@ class Engine:
         ]
         if self.l2 is not None:
             datas = yield ("get_many", [k.remote for k in keys])
-            self._l2_merge(keys, found, datas, now)
+            self._l2_merge(keys, found, datas, now, share)
         self._count(found)
         return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
 
@@ -678,47 +732,62 @@ class Engine:
 
     # ------------------------------------------------------------------ writes
 
-    def _encode_many(self, items: Sequence[StoreItem]) -> tuple[list[bool], list[Entry]]:
+    def _encode_many(
+        self, items: Sequence[StoreItem], share: bool
+    ) -> tuple[list[bool], list[Entry]]:
         now = self.clock()
         if any(item[0].version != self._version for item in items):
             fresh = self._current([item[0] for item in items])
             items = [(k, *item[1:]) for k, item in zip(fresh, items, strict=True)]
         ok: list[bool] = []
         entries: list[Entry] = []
-        l1_items: list[tuple[Hashable, Envelope, float | None, int]] = []
+        l1_items: list[L1Item] = []
+        stored: list[CacheKey] = []
+        share = share or self.l1 is None
+        serializer, l1_serializer = self.serializer, self._l1_serializer
         for key, value, ttl, stale_ttl, version in items:
             env = Envelope(value, now, ttl, stale_ttl if ttl is not None else 0.0, version)
             try:
-                data = encode_envelope(self.serializer, env, key=key.remote)
-                held = self._for_l1(env) if self.l1 is not None else env
+                data, held_value = encode_for_tiers(
+                    serializer, l1_serializer, env, key.remote, share=share
+                )
             except SerializationError as exc:
                 self.telemetry.serialization_errors += 1
                 log.warning("cachekit: not caching %s: %s", key.remote, exc)
                 ok.append(False)
                 continue
             ok.append(True)
+            held = (
+                env
+                if held_value is value
+                else Envelope(held_value, now, env.ttl, env.stale_ttl, version)
+            )
             l1_items.append((key.local, held, env.storage_ttl, len(data)))
-            if self._follows and key.local != key.remote:
-                self._remember_local(key)
+            stored.append(key)
             entries.append((key.remote, data, env.storage_ttl))
         if self.l1 is not None:
             self.l1.set_many(l1_items)
+            self._remember_locals(stored)
         return ok, entries
 
-    def _store_core(self, items: Sequence[StoreItem]) -> Core[list[bool]]:
-        ok, entries = self._encode_many(items)
+    def _store_core(self, items: Sequence[StoreItem], share: bool) -> Core[list[bool]]:
+        ok, entries = self._encode_many(items, share)
         if entries and self.l2 is not None:
             yield ("set_many", entries)
         return ok
 
-    def store_many(self, items: Sequence[StoreItem]) -> list[bool]:
+    def store_many(self, items: Sequence[StoreItem], *, share: bool = False) -> list[bool]:
         """Write every ``(key, value, ttl, stale_ttl, version)`` to L1 and the shared tier;
         returns, per item, whether its value could be serialized (a shared-tier failure is
-        not reported: the entry is in L1 and the next reader elsewhere misses)."""
-        return self._run(self._store_core(items))
+        not reported: the entry is in L1 and the next reader elsewhere misses).
 
-    async def astore_many(self, items: Sequence[StoreItem]) -> list[bool]:
-        return await self._arun(self._store_core(items))
+        ``share``: L1 holds a mutable value itself, not a packed copy, so every later L1 reader
+        gets that same object (for callers that promise to treat values as read-only; keep such
+        entries under local keys of their own, since other readers of a key expect copies)."""
+        return self._run(self._store_core(items, share))
+
+    async def astore_many(self, items: Sequence[StoreItem], *, share: bool = False) -> list[bool]:
+        return await self._arun(self._store_core(items, share))
 
     def _delete_core(self, keys: Sequence[CacheKey]) -> Core[None]:
         keys = self._current(keys)

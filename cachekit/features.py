@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cachekit.keys import stable_digest
@@ -148,7 +149,11 @@ class FeatureSet:
     seconds after expiry during which the old features are served while one background load
     refreshes them. ``jitter``: fraction of the TTL removed at random per entry so a batch loaded
     together does not expire together. ``max_batch``: most ids per loader call (``None``: one
-    call for everything missing).
+    call for everything missing). ``copy``: whether each caller gets its own copy of a
+    mutable value from L1 (the default, as everywhere in cachekit: mutating a result never
+    changes what later callers get); ``copy=False`` hands every caller the cached object itself,
+    about 1 µs less per L1 hit of a small dict (most of a large ``get_many`` of L1 hits), for
+    callers that treat features as read-only (see docs/features.md).
     """
 
     def __init__(
@@ -163,8 +168,11 @@ class FeatureSet:
         stale_ttl: float = 0.0,
         jitter: float = 0.1,
         max_batch: int | None = None,
+        copy: bool = True,
     ) -> None:
         _validate(name, version, loader, ttl, negative_ttl, stale_ttl, jitter, max_batch)
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be True or False, got {copy!r}")
         self.engine = engine
         self.name = name
         self.version = version
@@ -174,13 +182,16 @@ class FeatureSet:
         self.stale_ttl = float(stale_ttl)
         self.jitter = jitter
         self.max_batch = max_batch
+        self.copy = copy
         self._loader_name = getattr(loader, "__qualname__", None) or repr(loader)
         self._loader_is_async = inspect.iscoroutinefunction(loader)
 
         self._kname = f"{name}@v{version}"
         # Local keys are (token, id) with one token per id type, so 1 and "1" never share an
-        # entry; ids of other types are keyed by their typed stable digest.
-        base = f"feat\x00{self._kname}\x00"
+        # entry; ids of other types are keyed by their typed stable digest. Shared values
+        # (copy=False) live under local keys of their own: a copying reader of the same set
+        # must never be handed an object another caller holds.
+        base = f"feat\x00{self._kname}\x00{'' if copy else 'shared'}\x00"
         self._tok_int = base + "i"
         self._tok_str = base + "s"
         self._tok_digest = base + "h"
@@ -189,19 +200,20 @@ class FeatureSet:
         self._lock = threading.Lock()
         self._flights = engine.flights
         # What the sync and asyncio drivers answer the read and load cores with.
+        share = not copy
         self._ops: dict[str, Callable[..., Any]] = {
-            "lookup": engine.lookup_lazy,
+            "lookup": partial(engine.lookup_lazy, share=share),
             "refresh": self._refresh,
             "load": self._load,
             "loader": self._call_loader,
-            "store": engine.store_many,
+            "store": partial(engine.store_many, share=share),
         }
         self._aops: dict[str, Callable[..., Any]] = {
-            "lookup": engine.alookup_lazy,
+            "lookup": partial(engine.alookup_lazy, share=share),
             "refresh": self._arefresh,
             "load": self._aload,
             "loader": self._acall_loader,
-            "store": engine.astore_many,
+            "store": partial(engine.astore_many, share=share),
         }
         self._refreshing: set[Hashable] = set()
 
@@ -634,10 +646,10 @@ class FeatureSet:
     def prime(self, features: Mapping[Any, Any]) -> int:
         """Store ``{id: features}`` as if the loader had returned them; returns how many could
         be stored."""
-        return sum(self.engine.store_many(self._prime_items(features)))
+        return sum(self.engine.store_many(self._prime_items(features), share=not self.copy))
 
     async def aprime(self, features: Mapping[Any, Any]) -> int:
-        return sum(await self.engine.astore_many(self._prime_items(features)))
+        return sum(await self.engine.astore_many(self._prime_items(features), share=not self.copy))
 
     def stats(self) -> dict[str, Any]:
         """This feature set's telemetry section (also in ``cache.stats().extra``)."""

@@ -40,6 +40,7 @@ __all__ = [
     "SignedSerializer",
     "decode_envelope",
     "encode_envelope",
+    "encode_for_tiers",
     "for_sharing",
     "get_serializer",
     "is_immutable",
@@ -346,6 +347,45 @@ def encode_envelope(serializer: Serializer, env: Envelope, key: str | None = Non
             f"cannot store a {type(env.value).__qualname__} with {type(serializer).__name__}: {exc}"
         ) from exc
     return serializer.tag + payload
+
+
+def encode_for_tiers(
+    serializer: Serializer,
+    l1_serializer: Serializer,
+    env: Envelope,
+    key: str | None = None,
+    *,
+    share: bool = False,
+) -> tuple[bytes, Any]:
+    """``env`` as bytes for a shared store (:func:`encode_envelope`) and what an in-process tier
+    should hold for its value (:func:`for_sharing`, or the value itself when ``share``), with
+    the value serialized once where the two encodings allow it: with msgpack on both sides, the
+    envelope is a msgpack array whose last element is the value, so the value's own bytes are
+    both the L1 copy and the tail of the envelope. Raises :class:`SerializationError`."""
+    value = env.value
+    if (
+        share
+        or type(serializer) is not MsgpackSerializer
+        or type(l1_serializer) is not MsgpackSerializer
+        or is_immutable(value)
+    ):
+        data = encode_envelope(serializer, env, key)
+        return data, value if share else for_sharing(l1_serializer, value)
+    try:
+        vb = l1_serializer.dumps(value)
+        head = _packb([ENVELOPE_FORMAT, env.created_at, env.ttl, env.stale_ttl, env.version])
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(
+            f"cannot store a {type(value).__qualname__} with MsgpackSerializer: {exc}"
+        ) from exc
+    # head is a fixarray of 5 (0x95): the same array with one more element is 0x96.
+    payload = b"\x96" + head[1:] + vb
+    if len(payload) > serializer.max_bytes:
+        raise SerializationError(
+            f"value of {len(payload)} bytes is over the serializer's limit of "
+            f"{serializer.max_bytes}"
+        )
+    return serializer.tag + payload, Packed(vb, l1_serializer.loads)
 
 
 def _number(x: Any, field: str) -> float:

@@ -565,3 +565,71 @@ def test_telemetry_section() -> None:
     # a new version of the same set keeps counting in the same section
     cache.features("user", loader=Loader(), version=2).get_many([1])
     assert cache.stats().extra["features:user"]["loader_calls"] == 2
+
+
+# ---------------------------------------------------------------------- copy or share
+
+
+def _mutate_and_reread(fs: Any, ids: list[int], form: str) -> tuple[Any, Any]:
+    get = fs.get_many if form == "sync" else (lambda i: asyncio.run(fs.aget_many(i)))
+    first = get(ids)
+    first[ids[0]]["v"] = "changed by a caller"
+    return first, get(ids)
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_copy_true_hands_each_caller_its_own_value(
+    make_cache: Callable[..., Cache], form: str
+) -> None:
+    fs = make_cache().features("user", loader=Loader())
+    first, again = _mutate_and_reread(fs, [1, 2], form)
+    assert again[1] == {"id": 1, "v": 1} and again[1] is not first[1]
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_copy_false_shares_the_cached_object(make_cache: Callable[..., Cache], form: str) -> None:
+    writer, reader = make_cache(), make_cache()
+    writer.features("user", loader=Loader()).get_many([3])  # id 3 in the shared tier only
+    fs = reader.features("user", loader=Loader(), copy=False)
+    first, again = _mutate_and_reread(fs, [1, 3], form)  # 1 loaded here, 3 from the shared tier
+    assert again[1] is first[1] and again[1]["v"] == "changed by a caller"
+    again3 = fs.get_many([3])[3]
+    assert again3 is fs.get_many([3])[3]  # filled into L1 from the shared tier, as itself
+
+
+def test_copying_and_sharing_sets_of_one_name_never_share_objects() -> None:
+    cache = Cache(namespace="copy-modes")
+    shared = cache.features("user", loader=Loader(), copy=False)
+    copying = cache.features("user", loader=Loader())
+    s = shared.get_many([1])[1]
+    c1, c2 = copying.get_many([1])[1], copying.get_many([1])[1]
+    assert c1 == s and c1 is not s and c2 is not c1
+
+
+def test_copy_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="copy must be True or False"):
+        Cache().features("user", loader=Loader(), copy="no")  # type: ignore[arg-type]
+
+
+def test_replica_invalidation_reaches_batch_filled_entries(redis_server: RedisServer) -> None:
+    """Entries filled into L1 by a batch (load write-back and shared-tier fill) are dropped when
+    another process invalidates them."""
+    a = Cache(redis_url=redis_server.url, namespace="inval-batch", redis_timeout=2.0)
+    b = Cache(redis_url=redis_server.url, namespace="inval-batch", redis_timeout=2.0)
+    try:
+        assert a.engine.wait_following(5.0) and b.engine.wait_following(5.0)
+        loader = Loader()
+        fa = a.features("user", loader=loader)
+        fb = b.features("user", loader=loader)
+        fa.get_many(list(range(20)))  # a: loaded and written back
+        fb.get_many(list(range(20)))  # b: filled from the shared tier
+        assert len(loader.calls) == 1
+        loader.version = 2
+        fa.invalidate([3])
+        wait_until(lambda: fb.get_many([3])[3]["v"] == 2, timeout=5.0)
+        fb.invalidate([4])
+        wait_until(lambda: fa.get_many([4])[4]["v"] == 2, timeout=5.0)
+        assert fb.get_many([5])[5]["v"] == 1  # the others stay cached
+    finally:
+        a.close()
+        b.close()

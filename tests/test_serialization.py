@@ -24,6 +24,7 @@ from cachekit.serialization import (
     SignedSerializer,
     decode_envelope,
     encode_envelope,
+    encode_for_tiers,
     for_sharing,
     get_serializer,
     is_immutable,
@@ -350,3 +351,51 @@ def test_signed_entries_bound_to_their_key_refuse_being_moved() -> None:
     # Unsigned serializers ignore the key: nothing to bind it with.
     m = MsgpackSerializer()
     assert decode_envelope(m, encode_envelope(m, env, key="x"), key="y") == env
+
+
+# ---------------------------------------------------------------------- one encode per entry
+
+_ENV_FIELDS = [(1234.5, 60.0, 5.0, None), (1.0, None, 0.0, "ck:absent"), (2.0, 0.25, 0.0, 7)]
+
+
+@pytest.mark.parametrize("fields", _ENV_FIELDS)
+@pytest.mark.parametrize(
+    "value", [{"a": [1.5, 2.0], "b": "x"}, [1, {"n": None}], {"t": (1, 2), "s": {3}}]
+)
+def test_encode_for_tiers_writes_the_same_bytes_as_encode_envelope(
+    value: object, fields: tuple
+) -> None:
+    s = MsgpackSerializer()
+    env = Envelope(value, *fields)
+    data, held = encode_for_tiers(s, s, env, "k")
+    assert data == encode_envelope(s, env, "k")
+    assert decode_envelope(s, data, "k") == env
+    assert type(held) is Packed and held.load() == value and held.load() is not held.load()
+
+
+def test_encode_for_tiers_shares_immutable_values_and_on_request() -> None:
+    s = MsgpackSerializer()
+    frozen, mutable = (1, "a", (2.0,)), {"a": [1]}
+    assert encode_for_tiers(s, s, Envelope(frozen, 1.0, 1.0))[1] is frozen
+    assert encode_for_tiers(s, s, Envelope(mutable, 1.0, 1.0), share=True)[1] is mutable
+
+
+@pytest.mark.parametrize(
+    "serializer",
+    [JsonSerializer(), PickleSerializer(), SignedSerializer(MsgpackSerializer(), b"k" * 32)],
+)
+def test_encode_for_tiers_other_serializers_match_encode_envelope(serializer: object) -> None:
+    inner = getattr(serializer, "inner", serializer)
+    env = Envelope({"a": [1, 2]}, 3.0, 9.0)
+    data, held = encode_for_tiers(serializer, inner, env, "key:1")  # type: ignore[arg-type]
+    assert decode_envelope(serializer, data, "key:1") == env  # type: ignore[arg-type]
+    assert type(held) is Packed and held.load() == {"a": [1, 2]}
+
+
+def test_encode_for_tiers_refuses_what_cannot_be_stored() -> None:
+    small = MsgpackSerializer(max_bytes=64)
+    with pytest.raises(SerializationError, match="over the serializer's limit"):
+        encode_for_tiers(small, small, Envelope({"a": "x" * 100}, 1.0, 1.0))
+    s = MsgpackSerializer()
+    with pytest.raises(SerializationError):
+        encode_for_tiers(s, s, Envelope({"a": object()}, 1.0, 1.0))
