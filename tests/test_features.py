@@ -608,7 +608,7 @@ def test_copying_and_sharing_sets_of_one_name_never_share_objects() -> None:
 
 def test_copy_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="copy must be True or False"):
-        Cache().features("user", loader=Loader(), copy="no")  # type: ignore[arg-type]
+        Cache().features("user", loader=Loader(), copy="no")
 
 
 def test_replica_invalidation_reaches_batch_filled_entries(redis_server: RedisServer) -> None:
