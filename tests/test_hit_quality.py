@@ -246,6 +246,23 @@ def test_error_bounded_spends_no_more_than_its_budget() -> None:
     assert policy.spent <= 0.02 * policy.lookups + 1e-9
 
 
+def test_error_bounded_saved_budget_does_not_buy_doubtful_hits() -> None:
+    """The level a hit must meet stays steady (max_error / share of lookups served): a budget
+    saved up while nothing could be served is not spent on likelier-wrong candidates."""
+    policy = ErrorBoundedPolicy(0.05, rng=random.Random(2), explore_floor=0.0, explore_scale=0.0)
+    for i in range(300):
+        policy.observe("q", Candidate(i, "t", 0.97), True)
+        policy.observe("q", Candidate(i, "t", 0.90), i % 10 != 0)  # 10% wrong at 0.90
+    doubtful = policy.error_bounds(policy.score("q", Candidate(0, "t", 0.90)))[1]
+    for _ in range(100):
+        policy.decide("q", cands(0.4))  # below the pre-filter: lookups that save budget
+    served = sum(policy.decide("q", cands(0.97)).serve is not None for _ in range(200))
+    assert served > 150
+    budget_left = policy.max_error * policy.lookups - policy.spent
+    assert budget_left > doubtful > policy.max_error * policy.lookups / policy.served
+    assert policy.decide("q", cands(0.90)) == Decision(explore=0)
+
+
 def test_error_bounded_exploration_is_seeded() -> None:
     def run(seed: int) -> list[Decision]:
         p = ErrorBoundedPolicy(0.05, rng=random.Random(seed), explore_floor=0.3)

@@ -9,16 +9,20 @@ wrong fits in the error budget that delta allows:
   (``True`` for the packaged model).
 * **Model.** ``P(right | score) = sigmoid(a * z + b)``, fitted by Bayesian logistic regression
   (Laplace approximation, a weak prior) on every verdict so far, refitted every few verdicts.
-* **Budget.** ``max_error`` is a rate of wrong hits per lookup: each lookup the policy sees adds
-  ``max_error`` to a budget, each hit spends its pessimistic chance of being wrong
-  (``1 - sigmoid(mean - k * sd)``, ``k`` = 1.645: the one-sided 95% bound). The best candidate is
-  served only if that fits in what is left (and is at most ``max_hit_error``). Otherwise it is a
-  miss, and the function's fresh answer is compared with the candidate's (the check is free: the
-  function runs anyway).
-* **Exploration.** Even when it could serve, the policy computes instead with a probability equal
-  to the estimate's looseness (``upper - mean``, at least ``explore_floor``), so evidence keeps
-  arriving from the region where it serves: that is what keeps the bound true when the traffic
-  drifts.
+* **Level and budget.** ``max_error`` is a rate of wrong hits per lookup. Each hit is charged
+  its pessimistic chance of being wrong (``1 - sigmoid(mean - k * sd)``, ``k`` = 1.645: the
+  one-sided 95% bound). The best candidate is served only if that charge is at most a steady
+  *level*, ``max_error / (share of lookups served so far)`` (capped at ``max_hit_error``): if a
+  share ``h`` of lookups are hits each charged at most ``max_error / h``, the charges average at
+  most ``max_error`` per lookup. A steady level serves the likeliest-right candidates all along,
+  as a threshold does, instead of letting a saved-up budget buy doubtful hits. As a hard guard,
+  the charge must also fit in the budget: ``max_error`` per lookup seen minus the charges so far.
+  A candidate not served is a miss, and the function's fresh answer is compared with the
+  candidate's (the check is free: the function runs anyway).
+* **Exploration.** Even when it could serve, the policy computes instead with a probability
+  ``explore_scale`` times the estimate's looseness (``upper - mean``), at least
+  ``explore_floor``, so evidence keeps arriving from the region where it serves: that is what
+  keeps the bound true when the traffic drifts.
 * **Per entry.** An entry's answer refuted at similarity ``s`` is never served again at or
   below ``s`` (the tier's demotion), so each entry grows its own boundary from its verdicts.
 
@@ -62,6 +66,7 @@ class ErrorBoundedPolicy:
         verifier: VerifierModel | bool | None = None,
         comparator: Callable[[Any, Any], bool] | None = None,
         explore_floor: float = 0.01,
+        explore_scale: float = 0.3,
         max_hit_error: float = 0.5,
         prefilter: float = 0.5,
         prior_weight: float = 2.0,
@@ -73,6 +78,8 @@ class ErrorBoundedPolicy:
             raise ValueError(f"max_error must be in (0, 1), got {max_error!r}")
         if not 0.0 <= explore_floor <= 1.0:
             raise ValueError(f"explore_floor must be in [0, 1], got {explore_floor!r}")
+        if not 0.0 <= explore_scale <= 1.0:
+            raise ValueError(f"explore_scale must be in [0, 1], got {explore_scale!r}")
         if verifier is True:
             from cachekit.semantic.verifier import VerifierModel
 
@@ -81,6 +88,7 @@ class ErrorBoundedPolicy:
         self.verifier: VerifierModel | None = verifier or None
         self.comparator = comparator
         self.explore_floor = explore_floor
+        self.explore_scale = explore_scale
         self.prefilter = prefilter
         self.prior_weight = prior_weight
         self.refit_every = max(1, refit_every)
@@ -134,15 +142,20 @@ class ErrorBoundedPolicy:
             return Decision()
         estimate, upper = self.error_bounds(best_z)
         with self._lock:
-            affordable = min(self.max_hit_error, self.max_error * self.lookups - self.spent)
-            if upper > affordable:
+            if upper > self._affordable():
                 # A miss: the function runs and its answer is checked against the candidate.
                 return Decision(explore=best)
-            if self.rng.random() < max(self.explore_floor, upper - estimate):
+            if self.rng.random() < max(self.explore_floor, self.explore_scale * (upper - estimate)):
                 return Decision(explore=best)
             self.spent += upper
             self.served += 1
         return Decision(serve=best)
+
+    def _affordable(self) -> float:
+        """The highest charge a hit may have now: the steady level, within the budget left."""
+        share = max(self.served / self.lookups, self.max_error)
+        level = min(self.max_hit_error, self.max_error / share)
+        return min(level, self.max_error * self.lookups - self.spent)
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         z = self.score(query, candidate)
