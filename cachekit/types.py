@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from cachekit.serialization import Envelope
 
@@ -65,10 +65,11 @@ class LookupResult:
         return self.status in (Status.HIT, Status.SEMANTIC_HIT, Status.STALE)
 
 
-@dataclass(frozen=True, slots=True)
-class CacheKey:
+class CacheKey(NamedTuple):
     """``local`` keys the in-process tier (any hashable), ``remote`` the shared one (a string that
-    is stable across processes and already carries the namespace and its version)."""
+    is stable across processes and already carries the namespace and its version). A named tuple:
+    batch operations build one per entry, and a tuple is built in a third of a frozen
+    dataclass's time."""
 
     local: Hashable
     remote: str
