@@ -58,7 +58,7 @@ import numpy as np
 
 from cachekit.semantic.arbiter import HitArbiter
 from cachekit.semantic.batcher import MicroBatcher
-from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StoredEntry
+from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
 from cachekit.serialization import (
     Envelope,
@@ -236,8 +236,11 @@ class SemanticTier:
         self._hit_checks: set[int] = set()
         self._audit_at = 0.0
         self._audit_pos = 0
+        self.invalid_stats = 0
         if self._store is None:
             self._ready.set()
+        elif callable(getattr(self._store, "add_stats", None)):
+            self.arbiter.on_verdict = self._share_verdict
 
     # ------------------------------------------------------------------ embedder and indexes
 
@@ -717,6 +720,7 @@ class SemanticTier:
             "resyncs": self.resyncs,
             **self.arbiter.summary(),
             "invalid_entries": self.invalid_entries,
+            "invalid_stats": self.invalid_stats,
             "log_lost": self.lost_log,
             "missing_from_store": self.missing_found,
             "ready": self._ready.is_set(),
@@ -818,6 +822,7 @@ class SemanticTier:
             vec = self._valid_vector(s)
             if vec is None or (s.expires_at is not None and s.expires_at <= now):
                 continue
+            self._take_stats(s)
             out.append(
                 (
                     SemanticEntry(
@@ -855,6 +860,57 @@ class SemanticTier:
             return vec
         self._invalid(s.id, reason)
         return None
+
+    def _take_stats(self, s: StoredEntry) -> None:
+        """The record stored beside a valid entry, into the arbiter (a malformed one is
+        skipped and counted: the entry is still served)."""
+        if s.stats_problem is not None:
+            self._invalid_stats(s.id, s.stats_problem)
+        elif s.stats is not None:
+            self.arbiter.merge_stats(s.id, s.stats)
+
+    def _invalid_stats(self, id_: int, reason: str) -> None:
+        self.invalid_stats += 1
+        log.warning(
+            "cachekit: record of semantic entry %d in the shared store skipped: %s", id_, reason
+        )
+
+    def _share_verdict(self, entry_id: int, correct: bool, similarity: float, user: bool) -> None:
+        """The arbiter's hook: add a verdict to the entry's shared record and announce it.
+        A failure (Redis down) costs the sharing only."""
+        add = getattr(self._store, "add_stats", None)
+        if not callable(add):
+            return
+        change = StatsChange(
+            entry_id,
+            confirmed=int(correct),
+            refuted=int(not correct),
+            reported_wrong=int(user and not correct),
+            refuted_at=None if correct else similarity,
+        )
+        self.engine.l2_call(add, [change], self._origin)
+
+    def _share_served(self) -> None:
+        """Served counts since the last call, added to the shared records unannounced."""
+        add = getattr(self._store, "add_stats", None)
+        taken = self.arbiter.take_served()
+        if taken and callable(add):
+            self.engine.l2_call(add, [StatsChange(i, served=n) for i, n in taken], None)
+
+    def _apply_stats(self, ids: Sequence[int]) -> bool:
+        """New shared records of ``ids`` (announced by another process) into the arbiter."""
+        fetch = getattr(self._store, "fetch_stats", None)
+        if not callable(fetch):
+            return True
+        got = self.engine.l2_call(fetch, ids)
+        if got is FAILED:
+            return False
+        records, bad = got
+        for id_, reason in bad:
+            self._invalid_stats(id_, reason)
+        for id_, st in records.items():
+            self.arbiter.merge_stats(id_, st)
+        return True
 
     def _invalid(self, id_: int, reason: str) -> None:
         self.invalid_entries += 1
@@ -912,6 +968,8 @@ class SemanticTier:
                 self._apply_adds(fetched)
             elif m.op == "del":
                 self.remove_ids(m.ids)
+            elif m.op == "stats" and not self._apply_stats(m.ids):
+                return False
             self.sync_lag.record(max(0.0, now - m.at_s))
         return True
 
@@ -949,6 +1007,7 @@ class SemanticTier:
             return self._rebuild()
         if read.messages and not self._apply_log(read.messages):
             return None
+        self._share_served()
         self.purge_expired()
         if self._check_presence():
             return self._rebuild()
