@@ -108,6 +108,8 @@ _AUDIT_BATCH = 256
 _HIT_CHECKS_MAX = 1024
 #: An entry this close to its expiry may already be gone from the store: not a sign of eviction.
 _EXPIRY_SLACK_S = 1.0
+#: Seconds between two batches of served counts added to the shared records.
+_SERVED_FLUSH_S = 1.0
 
 
 def entry_id(scope: str, text: str) -> int:
@@ -236,6 +238,7 @@ class SemanticTier:
         self._hit_checks: set[int] = set()
         self._audit_at = 0.0
         self._audit_pos = 0
+        self._served_at = 0.0
         self.invalid_stats = 0
         if self._store is None:
             self._ready.set()
@@ -891,7 +894,12 @@ class SemanticTier:
         self.engine.l2_call(add, [change], self._origin)
 
     def _share_served(self) -> None:
-        """Served counts since the last call, added to the shared records unannounced."""
+        """Served counts since the last batch, added to the shared records unannounced, at most
+        once per :data:`_SERVED_FLUSH_S` (not between two reads of a busy log)."""
+        now = time.monotonic()
+        if now < self._served_at:
+            return
+        self._served_at = now + _SERVED_FLUSH_S
         add = getattr(self._store, "add_stats", None)
         taken = self.arbiter.take_served()
         if taken and callable(add):
