@@ -65,6 +65,10 @@ def test_a_demotion_in_one_replica_stops_the_other_from_serving(
     assert b.cache.feedback(closer, correct=False)
     assert b.tier.stats()["feedback_evictions"] == 1
     wait_until(lambda: a.lookup(CLOSER).status is Status.MISS)
+    assert a.tier.arbiter.stats_of(_id(a)) == NO_STATS  # forgotten with the entry
+    # A fresh answer stored under the same text starts with a clean record everywhere.
+    b.put("fresh answer", STORED)
+    wait_until(lambda: a.lookup(CLOSE).value == "fresh answer")
     assert b.calls == []
 
 

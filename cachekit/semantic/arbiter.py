@@ -266,6 +266,14 @@ class HitArbiter:
             mine = self._stats.get(entry_id)
             self._put_stats(entry_id, shared if mine is None else merged_stats(mine, shared))
 
+    def forget(self, ids: Sequence[int]) -> None:
+        """Drop the records of entries removed everywhere (a new entry under the same id
+        starts afresh, as it does in the process that removed it)."""
+        with self._lock:
+            for i in ids:
+                self._stats.pop(i, None)
+                self._unsent.pop(i, None)
+
     def _put_stats(self, entry_id: int, st: EntryStats) -> None:
         self._stats[entry_id] = st
         self._stats.move_to_end(entry_id)

@@ -976,6 +976,7 @@ class SemanticTier:
                 self._apply_adds(fetched)
             elif m.op == "del":
                 self.remove_ids(m.ids)
+                self.arbiter.forget(m.ids)
             elif m.op == "stats" and not self._apply_stats(m.ids):
                 return False
             self.sync_lag.record(max(0.0, now - m.at_s))
