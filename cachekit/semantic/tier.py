@@ -32,6 +32,13 @@ made by this tier's embedder, and its id is the id of its own scope and text. Ot
 and counted (``invalid_entries``); they are data errors, not Redis failures, so only the store's
 own round trips run through the engine's guarded call (and its circuit breaker).
 
+Each entry's record (:class:`~cachekit.semantic.policy.EntryStats`, kept by the tier's
+:class:`~cachekit.semantic.arbiter.HitArbiter`) is shared too, when the store can
+(``add_stats``/``fetch_stats``): a verdict is written beside the entry and announced in the
+thread that reached it, served counts are added by the sync thread at most once a second, and
+records come in with the entries at a build and with ``stats`` messages on the log. Lookups read
+only the local record. A malformed record is skipped and counted (``invalid_stats``).
+
 This module holds the policy (what to share, when to rebuild, what to apply); the store only
 moves records.
 """
