@@ -179,3 +179,17 @@ def test_a_verdict_on_a_vanished_entry_writes_no_record(
     assert client.delete(key) == 1
     assert a.cache.feedback(r, correct=False)
     assert client.exists(key) == 0  # no stub hash without a TTL
+
+
+def test_records_are_shared_on_a_redis_cluster(
+    redis_cluster: Any, namespace: str, closing: Callable[[Any], Any]
+) -> None:
+    url = getattr(redis_cluster, "url", f"redis+cluster://127.0.0.1:{redis_cluster.ports[0]}/0")
+    a, b = _pair(url, namespace, closing)
+    r = a.lookup(CLOSE)
+    assert a.cache.feedback(r, correct=False)
+    wait_until(lambda: b.lookup(CLOSE).status is Status.MISS)
+    late = replica(url, namespace, closing)
+    assert late.tier.wait_ready(10)
+    assert late.tier.arbiter.stats_of(_id(late)).reported_wrong == 1
+    assert late.lookup(CLOSER).status is Status.SEMANTIC_HIT

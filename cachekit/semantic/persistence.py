@@ -303,12 +303,14 @@ class RedisSemanticStore:
         one ``stats`` message unless ``origin`` is None (served counts travel unannounced)."""
         for start in range(0, len(changes), PIPELINE_CHUNK):
             chunk = changes[start : start + PIPELINE_CHUNK]
-            pipe = self._pipeline()
+            # A cluster pipeline refuses scripts: there, one EVAL per entry.
+            target = self.client if self.cluster else self._pipeline()
             for c in chunk:
                 sim = "" if c.refuted_at is None else repr(float(c.refuted_at))
                 args = (c.served, c.confirmed, c.refuted, c.reported_wrong, sim)
-                pipe.eval(_ADD_STATS_LUA, 1, self.entry_key(c.id), *args)
-            pipe.execute()
+                target.eval(_ADD_STATS_LUA, 1, self.entry_key(c.id), *args)
+            if not self.cluster:
+                target.execute()
             if origin is not None:
                 self._announce("stats", (c.id for c in chunk), origin)
 
