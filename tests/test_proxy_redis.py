@@ -169,6 +169,19 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
             timeout=30.0,
         )
         para = [{"role": "user", "content": "How can I reset my password?"}]
+        # The semantic entry is added after the exact one (its embedding comes first).
+        wait_until(
+            lambda: (
+                httpx.post(
+                    p.url + "/v1/chat/completions",
+                    json={"model": "gpt-4o-mini", "messages": para},
+                    timeout=10,
+                    headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
+                ).status_code
+                == 200
+            ),
+            timeout=30.0,
+        )
         got, h = chat(client, "", messages=para)
         assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
         assert float(h["x-cachekit-similarity"]) >= 0.8
