@@ -11,10 +11,15 @@ Hits come back as the openai package's own types: ``ChatCompletion``,
 as it arrives (a thin wrapper over the client's stream, same iteration and ``close``) and stored
 only if it completed. Answers that are errors, cut off (``finish_reason: length``) or incomplete
 are never stored. The cache failing costs a miss, never an exception.
+
+``client.feedback(correct, **create_kwargs)`` records a user's verdict on the semantic hit that
+``chat.completions.create(**create_kwargs)`` got (``LLMCache.feedback``, as the proxy's
+``POST /v1/cachekit/feedback`` does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -297,6 +302,8 @@ class CachedClient:
 
     def __init__(self, client: Any, ctx: _Context, asynchronous: bool) -> None:
         self._client = client
+        self._ctx = ctx
+        self._asynchronous = asynchronous
         self.llm = ctx.llm
         self.tenant = ctx.tenant
         completions = (_AsyncChatCompletions if asynchronous else _ChatCompletions)(
@@ -306,6 +313,19 @@ class CachedClient:
         self.embeddings = (_AsyncEmbeddings if asynchronous else _Embeddings)(
             client.embeddings, ctx
         )
+
+    def feedback(self, correct: bool, **create_kwargs: Any) -> Any:
+        """A user's verdict on the semantic hit that ``chat.completions.create(**create_kwargs)``
+        got (pass the same arguments): a wrong one demotes the entry that answered; see
+        :meth:`LLMCache.feedback`. Returns whether the hit was known; for an async client, an
+        awaitable of it (the Redis round trip runs in a thread)."""
+        req = self._ctx.prepare(CHAT, create_kwargs)
+        if self._asynchronous:
+            return asyncio.to_thread(self._feedback, req, correct)
+        return self._feedback(req, correct)
+
+    def _feedback(self, req: LLMRequest | None, correct: bool) -> bool:
+        return req is not None and self.llm.feedback(req, correct)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

@@ -2,6 +2,7 @@
 script starts on a free port.
 
     python bench/replication.py [--trials 20] [--runs 3] [--embedder minilm|test]
+        [--parts semantic,invalidation,demotion,hits] [--hits 2000]
 
 Two processes share one namespace: a writer (a child process) and a reader (this one).
 
@@ -15,6 +16,15 @@ Two processes share one namespace: a writer (a child process) and a reader (this
 * invalidation: the writer ``invalidate``s a key the reader holds in L1; measured from the
   moment ``invalidate`` was called (it deletes, then publishes) until the reader's L1 no
   longer holds it.
+* demotion: the writer serves a paraphrase of an entry both replicas hold and reports it wrong
+  (``cache.feedback(result, correct=False)``); measured from the moment ``feedback`` was called
+  until the reader's record of the entry holds the refuted similarity (polled every 0.2 ms),
+  and from the moment it returned; each trial then checks that the paraphrase is a miss on the
+  reader.
+* hits: the reader's semantic hit path (``lookup`` of paraphrases it holds, each a semantic hit)
+  timed per call, p50/p99 in microseconds; with ``--embedder test`` the embedding is cheap, so
+  a Redis round trip added to the hit path would show. Run it against another checkout with
+  ``PYTHONPATH=/path/to/other/checkout`` (both processes import cachekit from there).
 
 Both processes are on one machine, so their ``time.time()`` readings are comparable. Prints
 p50 and worst per run; the target is a worst case of 25 ms for the semantic path.
@@ -61,6 +71,11 @@ WRITER = textwrap.dedent("""
             answer.put("answer:" + arg, arg)
         elif op == "inv":
             exact.invalidate(int(arg))
+        elif op == "dem":
+            r = answer.lookup(arg + " please")
+            assert r.status.value == "semantic_hit", r.status
+            t0 = time.time()
+            assert cache.feedback(r, correct=False)
         elif op == "quit":
             break
         print(repr(t0), repr(time.time()), flush=True)
@@ -114,11 +129,13 @@ def start_writer(url: str, namespace: str, embedder: str) -> subprocess.Popen[st
     return proc
 
 
-def ask(proc: subprocess.Popen[str], line: str) -> float:
+def ask(proc: subprocess.Popen[str], line: str) -> tuple[float, float]:
+    """Send one command; the writer's ``time.time()`` when it began and when it returned."""
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(line + "\n")
     proc.stdin.flush()
-    return float(proc.stdout.readline())
+    began, done = map(float, proc.stdout.readline().split())
+    return began, done
 
 
 def wait_for(condition: Any, deadline_s: float = DEADLINE_S) -> float | None:
@@ -179,19 +196,71 @@ def invalidation_trials(
     return out
 
 
-def one_run(url: str, args: argparse.Namespace) -> tuple[list[float], list[float], list[float]]:
+def demotion_trials(
+    answer: Any, writer: subprocess.Popen[str], trials: int
+) -> tuple[list[float], list[float]]:
+    tier = answer.tier
+    from_call: list[float] = []
+    from_return: list[float] = []
+    for i in range(trials):
+        text = f"how do I cancel order number {uuid.uuid4().hex[:6]} trial {i}"
+        id_ = entry_id(answer.scope_key(text), text)
+        ask(writer, f"put {text}")
+        if wait_for(lambda id_=id_: any(e.id == id_ for e in tier.entries())) is None:
+            raise RuntimeError(f"trial {i}: entry not on the reader within {DEADLINE_S} s")
+        if answer.lookup(text + " please").status is not Status.SEMANTIC_HIT:
+            raise RuntimeError(f"trial {i}: paraphrase not a semantic hit before the demotion")
+        assert writer.stdin is not None
+        writer.stdin.write(f"dem {text}\n")
+        writer.stdin.flush()
+        seen = wait_for(
+            lambda id_=id_: tier.arbiter.stats_of(id_).max_refuted_similarity is not None
+        )
+        called, returned = map(float, writer.stdout.readline().split())  # type: ignore[union-attr]
+        if seen is None:
+            raise RuntimeError(f"trial {i}: demotion not on the reader within {DEADLINE_S} s")
+        from_call.append(seen - called)
+        from_return.append(max(0.0, seen - returned))
+        if answer.lookup(text + " please").status is not Status.MISS:
+            raise RuntimeError(f"trial {i}: the reader still serves the demoted entry")
+    return from_call, from_return
+
+
+def hit_path(answer: Any, n: int) -> list[float]:
+    """Seconds per semantic-hit lookup on the reader, over ``n`` lookups of paraphrases."""
+    texts = [e.text for e in answer.tier.entries()]
+    out: list[float] = []
+    for i in range(n):
+        q = texts[i % len(texts)] + " please"
+        t0 = time.perf_counter()
+        r = answer.lookup(q)
+        out.append(time.perf_counter() - t0)
+        if r.status is not Status.SEMANTIC_HIT:
+            raise RuntimeError(f"hit path: {q!r} was {r.status}")
+    return out
+
+
+def one_run(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
     namespace = f"b{uuid.uuid4().hex[:8]}"
     cache = Cache(redis_url=url, namespace=namespace)
     answer = make_answer(cache, args.embedder)
     exact = make_exact(cache)
     writer = start_writer(url, namespace, args.embedder)
+    parts = set(args.parts.split(","))
+    out: dict[str, list[float]] = {}
     try:
         assert answer.tier.wait_ready(30)
         # One replicated entry first, not counted: the reader's first entry in a new scope
         # creates its index and runs FAISS's first add.
         semantic_trials(answer, writer, 1)
-        sem, sem_call = semantic_trials(answer, writer, args.trials)
-        inv = invalidation_trials(exact, cache, writer, args.trials)
+        if "semantic" in parts or "hits" in parts:
+            out["sem"], out["sem_call"] = semantic_trials(answer, writer, args.trials)
+        if "invalidation" in parts:
+            out["inv"] = invalidation_trials(exact, cache, writer, args.trials)
+        if "hits" in parts:
+            out["hits"] = hit_path(answer, args.hits)
+        if "demotion" in parts:
+            out["dem_call"], out["dem_return"] = demotion_trials(answer, writer, args.trials)
         st = answer.tier.stats()
     finally:
         writer.communicate("quit x\n", timeout=60)
@@ -202,7 +271,7 @@ def one_run(url: str, args: argparse.Namespace) -> tuple[list[float], list[float
         f"  reader's own sync lag (log message time to applied, ms resolution): p50 "
         f"{lag[0]:.1f} ms, p99 {lag[1]:.1f} ms"
     )
-    return sem, sem_call, inv
+    return out
 
 
 def ms(xs: list[float]) -> str:
@@ -211,30 +280,46 @@ def ms(xs: list[float]) -> str:
     return f"p50 {statistics.median(xs) * 1e3:.1f} ms, worst {max(xs) * 1e3:.1f} ms{tail}"
 
 
+LABELS = {
+    "sem": "semantic entry on the other replica, after the writer's put returned",
+    "sem_call": "... after the writer's put was called (its embedding included)",
+    "inv": "invalidation out of the other replica's L1, after the call",
+    "dem_call": "demotion on the other replica, after the writer's feedback was called",
+    "dem_return": "... after the writer's feedback returned",
+}
+
+
+def report(out: dict[str, list[float]], verbose: bool) -> None:
+    for name, label in LABELS.items():
+        if name in out:
+            print(f"  {label}: {ms(out[name])}", flush=True)
+    hits = out.get("hits")
+    if hits:
+        q = statistics.quantiles(hits, n=100)
+        print(
+            f"  semantic hit lookup ({len(hits)}): p50 {q[49] * 1e6:.0f} us, "
+            f"p99 {q[98] * 1e6:.0f} us"
+        )
+    if verbose and "sem" in out:
+        print(
+            "  per trial (ms, after put returned):", " ".join(f"{x * 1e3:.1f}" for x in out["sem"])
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--embedder", choices=["minilm", "test"], default="minilm")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--parts", default="semantic,invalidation,demotion")
+    ap.add_argument("--hits", type=int, default=2000, help="timed semantic hits (part hits)")
     args = ap.parse_args()
     server = RedisServer().start()
     try:
         for run in range(args.runs):
-            sem, sem_call, inv = one_run(server.url, args)
-            print(
-                f"run {run + 1} ({args.trials} trials each, embedder {args.embedder}):\n"
-                f"  semantic entry on the other replica, after the writer's put returned: "
-                f"{ms(sem)}\n"
-                f"  ... after the writer's put was called (its embedding included): "
-                f"{ms(sem_call)}\n"
-                f"  invalidation out of the other replica's L1, after the call: {ms(inv)}",
-                flush=True,
-            )
-            if args.verbose:
-                print(
-                    "  per trial (ms, after put returned):", " ".join(f"{x * 1e3:.1f}" for x in sem)
-                )
+            print(f"run {run + 1} ({args.trials} trials each, embedder {args.embedder}):")
+            report(one_run(server.url, args), args.verbose)
     finally:
         server.stop()
 

@@ -101,6 +101,19 @@ async def test_chat_exact_semantic_and_tenants(upstream: Any, llm: LLMCache, mod
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_feedback_on_a_semantic_hit(upstream: Any, llm: LLMCache, mode: str) -> None:
+    client = make(upstream, llm, mode)
+    stored, para = "How do I rotate my signing keys", "how do I rotate my signing keys please"
+    await call(client.chat.completions.create(model=MODEL, messages=msgs(stored)))
+    await call(client.chat.completions.create(model=MODEL, messages=msgs(para)))
+    assert calls(upstream, client, "/v1/chat/completions") == 1  # the paraphrase was a hit
+    assert await call(client.feedback(False, model=MODEL, messages=msgs("never asked"))) is False
+    assert await call(client.feedback(False, model=MODEL, messages=msgs(para))) is True
+    await call(client.chat.completions.create(model=MODEL, messages=msgs(para)))
+    assert calls(upstream, client, "/v1/chat/completions") == 2  # demoted: computed upstream
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_chat_streaming(upstream: Any, llm: LLMCache, mode: str) -> None:
     client = make(upstream, llm, mode)
     text = "Explain caching briefly"

@@ -351,6 +351,25 @@ async def test_llm_cache_exact_semantic_and_tenants(llm: LLMCache, mode: str) ->
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_llm_cache_feedback_demotes_the_entry_that_answered(llm: LLMCache, mode: str) -> None:
+    q = chat("How do I reset my account password quickly?")
+    para = chat("How do I reset my account password quickly please?")
+    assert llm.feedback(para, False, "t1") is False  # nothing served yet
+    await _store(llm, mode, q, completion(), "t1")
+    assert (await _lookup(llm, mode, para, "t1")).status is Status.SEMANTIC_HIT
+    ref = llm.feedback_ref(para, "t1")
+    assert isinstance(ref, str) and ref == llm.feedback_ref(llm.request(para, "t1"))
+    assert llm.feedback_ref(para, "t2") != ref  # another tenant's request is another hit
+    assert llm.feedback(para, False, "t2") is False
+    assert llm.feedback(ref, False) is True
+    assert (await _lookup(llm, mode, para, "t1")).status is Status.MISS  # demoted
+    assert (await _lookup(llm, mode, q, "t1")).status is Status.HIT  # the exact entry stays
+    with pytest.raises(TypeError):
+        llm.feedback(ref, "false")  # type: ignore[arg-type]
+    assert llm.feedback_ref({"model": "m", "input": "x"}, "t1", endpoint=EMBEDDINGS) is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_llm_cache_ages_and_ttls(llm: LLMCache, mode: str) -> None:
     clock = llm.cache.clock
     q = chat("What is the capital of France?")

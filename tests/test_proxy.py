@@ -633,3 +633,89 @@ def test_in_flight_counts_upstream_concurrency(proxy: ProxyProcess, key: str) ->
     for t in threads:
         t.join(10)
     wait_until(lambda: proxy.metric("cachekit_proxy_upstream_in_flight") == 0, timeout=5.0)
+
+
+# ---------------------------------------------------------------------- feedback
+
+FEEDBACK = "/v1/cachekit/feedback"
+
+
+def report(proxy: ProxyProcess, key: str, body: Any) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(
+        proxy.url + FEEDBACK,
+        content=content,
+        timeout=10.0,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+
+
+def semantic_hit(proxy: ProxyProcess, client: openai.OpenAI, key: str, text: str) -> Any:
+    """Store an answer for ``text`` and get it back for a paraphrase (a semantic hit)."""
+    first, _ = chat(client, text)
+    wait_cached(proxy, key, text)
+    para, h = chat(client, text + " please")
+    assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
+    return first, para, h
+
+
+def test_feedback_on_a_semantic_hit_demotes_the_entry(
+    proxy: ProxyProcess, client: openai.OpenAI, key: str
+) -> None:
+    first, para, h = semantic_hit(proxy, client, key, "How do I rotate my signing keys")
+    # A semantic hit is sent under an id of its own, also in x-cachekit-response-id; an
+    # exact hit replays the stored answer's id.
+    assert para.id != first.id and para.id.startswith("chatcmpl-ck")
+    assert h["x-cachekit-response-id"] == para.id
+    again, h2 = chat(client, "How do I rotate my signing keys")
+    assert h2["x-cachekit-cache"] == "HIT" and again.id == first.id
+    assert "x-cachekit-response-id" not in h2
+    assert report(proxy, key, {"id": first.id, "correct": False}).status_code == 404
+    # Another API key (another tenant) cannot report on this tenant's hit.
+    other = report(proxy, f"sk-other-{uuid.uuid4().hex}", {"id": para.id, "correct": False})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "unknown_response_id"
+    wrong = report(proxy, key, {"id": para.id, "correct": False})
+    assert wrong.status_code == 200 and wrong.json() == {"recorded": True}
+    assert report(proxy, key, {"id": para.id, "correct": False}).status_code == 404  # once
+    # Demoted: the paraphrase is no longer served; the exact entry still is.
+    assert cached(proxy, key, "How do I rotate my signing keys please").status_code == 504
+    assert cached(proxy, key, "How do I rotate my signing keys").status_code == 200
+    assert proxy.metric("cachekit_proxy_feedback_total", verdict="wrong", recorded="true") >= 1
+
+
+def test_feedback_through_the_openai_client_and_on_a_streamed_hit(
+    proxy: ProxyProcess, client: openai.OpenAI, key: str
+) -> None:
+    semantic_hit(proxy, client, key, "What is the boiling point of water")
+    chunks, h = stream_chat(client, "What is the boiling point of water at sea level")
+    assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
+    rid = h["x-cachekit-response-id"]
+    assert {c.id for c in chunks} == {rid}
+    got = client.post("/cachekit/feedback", cast_to=object, body={"id": rid, "correct": True})
+    assert got == {"recorded": True}
+    # A confirmation does not demote.
+    assert cached(proxy, key, "What is the boiling point of water at sea level").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"not json", None),
+        (b"[1, 2]", None),
+        ({"correct": False}, "id"),
+        ({"id": 7, "correct": False}, "id"),
+        ({"id": "", "correct": False}, "id"),
+        ({"id": "x" * 300, "correct": False}, "id"),
+        ({"id": "chatcmpl-x"}, "correct"),
+        ({"id": "chatcmpl-x", "correct": "false"}, "correct"),
+        ({"id": "chatcmpl-x", "correct": 0}, "correct"),
+        ({"id": "chatcmpl-x", "correct": False, "why": "bad"}, "why"),
+    ],
+)
+def test_feedback_refuses_bad_bodies(
+    proxy: ProxyProcess, key: str, body: Any, param: str | None
+) -> None:
+    r = report(proxy, key, body)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]

@@ -17,6 +17,7 @@ from test_proxy import (
     cached,
     chat,
     make_client,
+    report,
     upstream_calls,
     wait_cached,
 )
@@ -70,6 +71,33 @@ def test_two_replicas_share_exact_and_semantic_entries(
                 blobs.extend(r.hgetall(k).values())
         assert not any(key.encode() in blob for blob in blobs)
         r.close()
+    finally:
+        ca.close()
+        cb.close()
+        a.stop()
+        b.stop()
+
+
+def test_feedback_on_one_replica_demotes_the_entry_on_the_other(
+    redis_server: Any, upstream: FakeUpstream
+) -> None:
+    url = upstream.url  # type: ignore[attr-defined]
+    a = ProxyProcess(url, "--redis-url", redis_server.url).start()
+    b = ProxyProcess(url, "--redis-url", redis_server.url).start()
+    key = f"sk-secret-{uuid.uuid4().hex}"
+    ca, cb = make_client(a, key), make_client(b, key)
+    try:
+        chat(ca, PARAPHRASE[0])
+        wait_cached(a, key, PARAPHRASE[0])
+        wait_until(lambda: cached(b, key, PARAPHRASE[1]).status_code == 200, timeout=5.0)
+        para, h = chat(ca, PARAPHRASE[1])
+        assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
+        # The id is known to the process that sent it only.
+        assert report(b, key, {"id": para.id, "correct": False}).status_code == 404
+        assert report(a, key, {"id": para.id, "correct": False}).json() == {"recorded": True}
+        # What it did reaches the other replica: B no longer serves the paraphrase.
+        wait_until(lambda: cached(b, key, PARAPHRASE[1]).status_code == 504, timeout=5.0)
+        assert cached(b, key, PARAPHRASE[0]).status_code == 200  # the exact entry stays
     finally:
         ca.close()
         cb.close()
@@ -141,6 +169,19 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
             timeout=30.0,
         )
         para = [{"role": "user", "content": "How can I reset my password?"}]
+        # The semantic entry is added after the exact one (its embedding comes first).
+        wait_until(
+            lambda: (
+                httpx.post(
+                    p.url + "/v1/chat/completions",
+                    json={"model": "gpt-4o-mini", "messages": para},
+                    timeout=10,
+                    headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
+                ).status_code
+                == 200
+            ),
+            timeout=30.0,
+        )
         got, h = chat(client, "", messages=para)
         assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
         assert float(h["x-cachekit-similarity"]) >= 0.8

@@ -40,6 +40,7 @@ __all__ = [
     "COMPLETIONS",
     "EMBEDDINGS",
     "IGNORED_FIELDS",
+    "MAX_RESPONSE_ID",
     "LLMRequest",
     "RequestError",
     "TenantResolver",
@@ -50,6 +51,7 @@ __all__ = [
     "exact_key",
     "key_fingerprint",
     "parse_body",
+    "parse_feedback",
     "prepare",
     "scope_key",
     "semantic_text",
@@ -133,6 +135,32 @@ def parse_body(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
     return body
+
+
+#: Longest response id accepted by :func:`parse_feedback`.
+MAX_RESPONSE_ID = 256
+
+
+def parse_feedback(raw: bytes | str) -> tuple[str, bool]:
+    """``(response id, correct)`` of a feedback body ``{"id": "...", "correct": false}``;
+    :class:`RequestError` naming the problem otherwise (no other fields are accepted)."""
+    body = parse_body(raw)
+    unknown = sorted(set(body) - {"id", "correct"})
+    if unknown:
+        raise RequestError(
+            f"Unknown field(s) {unknown} in the feedback body; expected id and correct.",
+            param=unknown[0],
+        )
+    rid, correct = body.get("id"), body.get("correct")
+    if not isinstance(rid, str) or not 0 < len(rid) <= MAX_RESPONSE_ID:
+        raise RequestError(
+            f"id must be the response id of a cached answer (a string of 1-{MAX_RESPONSE_ID} "
+            f"characters), got {rid!r:.80}",
+            param="id",
+        )
+    if not isinstance(correct, bool):
+        raise RequestError(f"correct must be true or false, got {correct!r:.80}", param="correct")
+    return rid, correct
 
 
 def _is_int(v: Any) -> bool:

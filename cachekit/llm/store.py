@@ -24,6 +24,7 @@ from cachekit.cache import Cache, Status
 from cachekit.llm.prices import PriceTable
 from cachekit.llm.rules import CHAT, LLMRequest, TenantResolver, prepare
 from cachekit.sansio import Core, adrive, drive
+from cachekit.types import LookupResult
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -420,6 +421,53 @@ class LLMCache:
         except Exception as exc:
             log.warning("cachekit: LLM cache store failed: %r", exc)
             return False
+
+    # ------------------------------------------------------------------ feedback
+
+    def feedback_ref(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+    ) -> str | None:
+        """What :meth:`feedback` needs to find a semantic hit of ``request`` later: a short
+        string (the semantic function's key of the request), or None when the request cannot
+        have a semantic hit. Keep it instead of the request (the proxy keeps it per response
+        id)."""
+        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        fn = self._async_fn or self._sync_fn
+        if fn is None or not self._use_semantic(req, True):
+            return None
+        return str(fn.cache_key(req.text, scope=req.scope))
+
+    def feedback(
+        self,
+        request: Mapping[str, Any] | LLMRequest | str,
+        correct: bool,
+        tenant: str | None = None,
+        *,
+        endpoint: str = CHAT,
+        namespace: str = "",
+    ) -> bool:
+        """A user's verdict on the semantic hit ``request`` got from this cache, as
+        ``cache.feedback(result, correct=...)`` records one for the library: a wrong one demotes
+        the entry that answered (it is not served again at or below that similarity, in every
+        replica sharing Redis) and, once users have refuted it ``evict_after`` times, evicts it.
+        ``request``: the request (body or :class:`LLMRequest`) or its :meth:`feedback_ref`.
+        Returns whether the hit was known: a recent semantic hit of this process. Blocks for a
+        Redis round trip (run it off an event loop)."""
+        if not isinstance(correct, bool):
+            raise TypeError(f"correct must be a bool, got {type(correct).__name__}")
+        ref = (
+            request
+            if isinstance(request, str)
+            else self.feedback_ref(request, tenant, endpoint=endpoint, namespace=namespace)
+        )
+        if ref is None:
+            return False
+        return self.cache.feedback(LookupResult(Status.SEMANTIC_HIT, key=ref), correct=correct)
 
     def close(self) -> None:
         """Stop the semantic threads and close the cache."""

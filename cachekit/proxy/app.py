@@ -3,7 +3,8 @@
 HTTP translation only: every caching decision is made by :class:`cachekit.llm.LLMCache` and the
 rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions`` and
 ``/v1/embeddings`` are looked up and stored; every other ``/v1/...`` request is passed through
-untouched. See ``docs/proxy.md``.
+untouched. ``POST /v1/cachekit/feedback`` records a user's verdict on a semantic hit this
+process served, found by the response id it was sent with. See ``docs/proxy.md``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import json
 import logging
 import os
 import re
+import secrets
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,13 +41,22 @@ from cachekit.llm import (
     build_cache,
     cacheable_response,
     parse_body,
+    parse_feedback,
     prepare,
     sse_stream,
 )
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
 from cachekit.proxy.metrics import ProxyMetrics
 
-__all__ = ["Controls", "Proxy", "app_from_env", "create_app", "parse_controls"]
+__all__ = [
+    "FEEDBACK_PATH",
+    "HITS_REMEMBERED",
+    "Controls",
+    "Proxy",
+    "app_from_env",
+    "create_app",
+    "parse_controls",
+]
 
 log = logging.getLogger("cachekit.proxy")
 
@@ -69,6 +81,12 @@ _ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embedd
 _JSON = "application/json"
 _MEMO_SIZE = 4096  # prepared requests remembered (a pure function of these inputs)
 _MEMO_MAX_BODY = 16_384  # bytes; larger bodies are prepared every time
+#: Where clients report a verdict on a semantic hit.
+FEEDBACK_PATH = "/v1/cachekit/feedback"
+#: Semantic hits remembered for feedback (response id -> tenant and the hit's reference),
+#: least recently served forgotten first.
+HITS_REMEMBERED = 10_000
+_ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
 
 
 try:  # a faster encoder for answers when installed (the proxy extra installs it)
@@ -231,6 +249,7 @@ class Proxy:
         self.client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._memo: dict[tuple[str, str, str, bytes], LLMRequest] = {}
+        self._hits: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -333,6 +352,10 @@ class Proxy:
         headers = {"x-cachekit-cache": kind, "age": str(int(found.age or 0))}
         if found.similarity is not None:
             headers["x-cachekit-similarity"] = f"{found.similarity:.4f}"
+        if found.status is Status.SEMANTIC_HIT:
+            response = self._remember_hit(req, response)
+            if "id" in response:
+                headers["x-cachekit-response-id"] = str(response["id"])
         usage = response.get("usage")
         model = str(response.get("model") or req.model)[:80]
         metrics = self.metrics
@@ -347,6 +370,47 @@ class Proxy:
                 _aiter(events), media_type="text/event-stream", headers=headers
             )
         return Response(_dumps(response), media_type=_JSON, headers=headers)
+
+    # ------------------------------------------------------------------ feedback
+
+    def _remember_hit(self, req: LLMRequest, response: dict[str, Any]) -> dict[str, Any]:
+        """A semantic hit under an id of its own (the stored answer's id is another request's),
+        remembered with its tenant for :meth:`feedback`."""
+        ref = self.llm.feedback_ref(req)
+        if ref is None:
+            return response
+        rid = _hit_id(response.get("id"), req.endpoint)
+        hits = self._hits
+        hits[rid] = (req.tenant, ref)
+        while len(hits) > HITS_REMEMBERED:
+            hits.popitem(last=False)
+        return {**response, "id": rid}
+
+    async def feedback(self, request: Request) -> Response:
+        """``POST /v1/cachekit/feedback`` ``{"id": ..., "correct": false}``: 200
+        ``{"recorded": bool}``; 400 for a bad body; 404 when no semantic hit of the caller's
+        tenant was sent with that id by this process (or it was reported already)."""
+        try:
+            rid, correct = parse_feedback(await self._read_body(request))
+        except RequestError as exc:
+            self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
+            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
+        tenant = self.tenants.resolve(request.headers.get("authorization"))
+        held = self._hits.get(rid)
+        if held is None or held[0] != tenant:
+            return error_response(
+                404,
+                "No semantic hit with this id is known to this proxy: the id is unknown, was "
+                "reported already, was forgotten, or belongs to another API key.",
+                type="not_found",
+                code="unknown_response_id",
+                param="id",
+            )
+        del self._hits[rid]  # one verdict per answer sent
+        recorded = await asyncio.to_thread(self.llm.feedback, held[1], correct)
+        verdict = "correct" if correct else "wrong"
+        self.metrics.feedback.labels(verdict, "true" if recorded else "false").inc()
+        return Response(_dumps({"recorded": recorded}), media_type=_JSON)
 
     def _upstream_error(self, exc: Exception) -> Response:
         if isinstance(exc, httpx.TimeoutException):
@@ -522,6 +586,14 @@ class Proxy:
         }
 
 
+def _hit_id(original: Any, endpoint: str) -> str:
+    """A fresh response id in the stored one's style (``chatcmpl-ck<24 hex>``)."""
+    prefix = original.split("-", 1)[0] if isinstance(original, str) else ""
+    if not _ID_PREFIX.fullmatch(prefix):
+        prefix = "chatcmpl" if endpoint == CHAT else "cmpl"
+    return f"{prefix}-ck{secrets.token_hex(12)}"
+
+
 def _usage_only(chunk: Any) -> bool:
     return isinstance(chunk, dict) and chunk.get("choices") == [] and bool(chunk.get("usage"))
 
@@ -562,6 +634,10 @@ def create_app(
     @app.post(EMBEDDINGS)
     async def embeddings(request: Request) -> Response:
         return await proxy.cached(request, EMBEDDINGS)
+
+    @app.post(FEEDBACK_PATH)
+    async def feedback(request: Request) -> Response:
+        return await proxy.feedback(request)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

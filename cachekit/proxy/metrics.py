@@ -143,6 +143,13 @@ class ProxyMetrics:
             ["model"],
             registry=r,
         )
+        self.feedback = Counter(
+            "cachekit_proxy_feedback",
+            "Verdicts reported on semantic hits (POST /v1/cachekit/feedback), by verdict and by "
+            "whether the cache still knew the hit.",
+            ["verdict", "recorded"],
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.inflight = InFlight()
         r.register(_InFlightCollector(self.inflight))

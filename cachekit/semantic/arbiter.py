@@ -11,6 +11,11 @@ that answered, demote it and, once users have refuted it ``evict_after`` times, 
 
 Demotion is the same for every policy: an entry refuted at similarity ``s`` is not offered again
 for requests at ``s`` or below (they are no likelier to be right).
+
+Records are read locally on every lookup, never from elsewhere. To share them (the tier does so
+through Redis), a tier sets :attr:`HitArbiter.on_verdict`, called after each verdict has been
+recorded, collects served counts with :meth:`HitArbiter.take_served` now and then, and hands
+records read from other processes to :meth:`HitArbiter.merge_stats`.
 """
 
 from __future__ import annotations
@@ -25,12 +30,18 @@ from typing import Any, Protocol
 
 from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy
 
-__all__ = ["HitArbiter", "equal_values", "report_feedback"]
+__all__ = ["HitArbiter", "VerdictHook", "equal_values", "merged_stats", "report_feedback"]
 
 log = logging.getLogger("cachekit.semantic")
 
 _PENDING_MAX = 10_000
 _SERVED_MAX = 10_000
+#: Most entries whose served counts wait for :meth:`HitArbiter.take_served` (the oldest are
+#: dropped beyond it: a count is worth less than memory while nobody collects them).
+_UNSENT_MAX = 10_000
+
+#: ``on_verdict(entry_id, correct, similarity, user)``: a verdict was recorded.
+VerdictHook = Callable[[int, bool, float, bool], None]
 
 
 class _Entry(Protocol):
@@ -92,6 +103,9 @@ class HitArbiter:
         self._stats: OrderedDict[int, EntryStats] = OrderedDict()
         self._pending: OrderedDict[tuple[str, str], _Check] = OrderedDict()
         self._served: OrderedDict[str, _Check] = OrderedDict()
+        self._unsent: OrderedDict[int, int] = OrderedDict()
+        #: Called (outside the lock, errors logged) after each verdict; see the module doc.
+        self.on_verdict: VerdictHook | None = None
         self.explorations = 0
         self.verdicts = 0
         self.reports = 0
@@ -145,6 +159,8 @@ class HitArbiter:
         with self._lock:
             st = self._stats.get(entry.id, NO_STATS)
             self._put_stats(entry.id, replace(st, served=st.served + 1))
+            self._unsent[entry.id] = self._unsent.get(entry.id, 0) + 1
+            _trim(self._unsent, _UNSENT_MAX)
             if key is not None:
                 self._served[key] = _Check(
                     query, Candidate(entry.id, entry.text, similarity, st), entry
@@ -229,6 +245,34 @@ class HitArbiter:
             self.policy.observe(check.query, replace(cand, stats=st), correct)
         except Exception:
             log.warning("cachekit: hit policy %r failed to observe", self.policy, exc_info=True)
+        hook = self.on_verdict
+        if hook is not None:
+            try:
+                hook(cand.entry_id, correct, cand.similarity, user)
+            except Exception:
+                log.warning("cachekit: sharing a semantic verdict failed", exc_info=True)
+
+    # ------------------------------------------------------------------ sharing
+
+    def take_served(self) -> list[tuple[int, int]]:
+        """``(entry id, times served)`` since the last call, for a tier to share in a batch."""
+        with self._lock:
+            out, self._unsent = list(self._unsent.items()), OrderedDict()
+        return out
+
+    def merge_stats(self, entry_id: int, shared: EntryStats) -> None:
+        """Fold a record read from another process into this one (see :func:`merged_stats`)."""
+        with self._lock:
+            mine = self._stats.get(entry_id)
+            self._put_stats(entry_id, shared if mine is None else merged_stats(mine, shared))
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Drop the records of entries removed everywhere (a new entry under the same id
+        starts afresh, as it does in the process that removed it)."""
+        with self._lock:
+            for i in ids:
+                self._stats.pop(i, None)
+                self._unsent.pop(i, None)
 
     def _put_stats(self, entry_id: int, st: EntryStats) -> None:
         self._stats[entry_id] = st
@@ -242,6 +286,20 @@ class HitArbiter:
             "feedback_reports": self.reports,
             "feedback_evictions": self.evicted,
         }
+
+
+def merged_stats(a: EntryStats, b: EntryStats) -> EntryStats:
+    """Two records of one entry made one, field by field the larger: the shared record holds
+    every process's reports once they reached it, a local one may be ahead of it (reports not
+    yet written or read back), and neither loses a demotion."""
+    bars = [x for x in (a.max_refuted_similarity, b.max_refuted_similarity) if x is not None]
+    return EntryStats(
+        max(a.served, b.served),
+        max(a.confirmed, b.confirmed),
+        max(a.refuted, b.refuted),
+        max(a.reported_wrong, b.reported_wrong),
+        max(bars) if bars else None,
+    )
 
 
 def _trim(d: OrderedDict[Any, Any], limit: int) -> None:

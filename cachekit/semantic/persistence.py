@@ -14,6 +14,14 @@ TTL = entry TTL), the log is the stream ``{base}:log``, and ``{base}:gen`` is a 
 as long as Redis keeps this tier's data: a restart or a flush loses it, which tells a follower
 its index no longer matches (a reconnecting pool would otherwise hide the restart).
 
+Each entry's hash also carries the entry's shared record (:class:`~cachekit.semantic.policy.
+EntryStats`): the counters ``st_n`` (served), ``st_ok`` (confirmed), ``st_bad`` (refuted),
+``st_user`` (reported wrong by users) and ``st_sim`` (the highest similarity at which it was
+refuted). :meth:`RedisSemanticStore.add_stats` changes them atomically (a small Lua script: the
+counters are incremented, ``st_sim`` only ever rises, and nothing is written for an entry that
+is gone) and announces a verdict with a ``stats`` message on the log; served counts are added
+without a message. Stores without these methods simply do not share records.
+
 A cursor is opaque to the tier. Here it is ``b"<stream id> <n>"``: the last message read and how
 many messages the stream had received up to it. Comparing ``n`` with the stream's
 ``entries-added`` (Redis >= 7) tells whether messages the reader has not seen were trimmed
@@ -31,17 +39,22 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from cachekit.semantic.policy import EntryStats
+
 __all__ = [
     "LOG_READ_BATCH",
     "PIPELINE_CHUNK",
     "READER_TIMEOUT_MARGIN_S",
     "SCAN_BATCH",
+    "STATS_FIELDS",
     "LogMessage",
     "LogRead",
     "RedisSemanticStore",
     "SemanticStore",
     "Snapshot",
+    "StatsChange",
     "StoredEntry",
+    "parse_stats",
 ]
 
 #: Most entries written, deleted or fetched per pipeline round trip.
@@ -54,6 +67,40 @@ SCAN_BATCH = 1000
 LOG_MAXLEN = 100_000
 #: Seconds a blocking reader's socket waits beyond its block before it calls the server dead.
 READER_TIMEOUT_MARGIN_S = 1.0
+#: Hash fields of an entry's shared record: served, confirmed, refuted, reported wrong, and the
+#: highest refuted similarity.
+STATS_FIELDS = ("st_n", "st_ok", "st_bad", "st_user", "st_sim")
+_STATS_KEYS = tuple(f.encode() for f in STATS_FIELDS)
+#: Largest counter accepted from the store (beyond it the record is treated as hostile).
+_STATS_MAX_COUNT = 2**53
+
+# KEYS[1]: the entry hash. ARGV: served, confirmed, refuted, reported wrong (increments) and the
+# refuted similarity ("" for none). A counter that is not a decimal integer in [0, 2**53)
+# (hostile or damaged) counts as 0 and is rewritten; st_sim rises only, and a value that is not
+# a number in [-1, 1] is replaced. Nothing is written for a missing entry (it would outlive it
+# without a TTL).
+_ADD_STATS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local fields = {'st_n', 'st_ok', 'st_bad', 'st_user'}
+for i = 1, 4 do
+  local raw = redis.call('HGET', KEYS[1], fields[i])
+  local d = tonumber(ARGV[i]) or 0
+  local ok = raw and #raw <= 15 and string.match(raw, '^%d+$')
+  if d ~= 0 or (raw and not ok) then
+    local cur = ok and tonumber(raw) or 0
+    redis.call('HSET', KEYS[1], fields[i], string.format('%d', cur + d))
+  end
+end
+local new = tonumber(ARGV[5])
+if new then
+  local raw = redis.call('HGET', KEYS[1], 'st_sim')
+  local cur = raw and string.match(raw, '^[-+%d.eE]+$') and tonumber(raw)
+  if (not cur) or cur ~= cur or cur > 1 or cur < -1 or new > cur then
+    redis.call('HSET', KEYS[1], 'st_sim', ARGV[5])
+  end
+end
+return 1
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +116,30 @@ class StoredEntry:
     version: int
     embedder: str
     vector: np.ndarray
+    #: The entry's shared record (None when it has none, or it was malformed: then
+    #: ``stats_problem`` says why and the entry itself is still usable).
+    stats: EntryStats | None = None
+    stats_problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatsChange:
+    """What happened to one entry since the last report: counts to add, and the similarity at
+    which it was refuted (None when it was not)."""
+
+    id: int
+    served: int = 0
+    confirmed: int = 0
+    refuted: int = 0
+    reported_wrong: int = 0
+    refuted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LogMessage:
-    """One announcement: ``op`` is ``"add"`` or ``"del"`` of ``ids``, by writer ``origin``;
-    ``at_s`` is when the log received it (seconds since the epoch)."""
+    """One announcement: ``op`` is ``"add"``, ``"del"`` or ``"stats"`` (new records) of
+    ``ids``, by writer ``origin``; ``at_s`` is when the log received it (seconds since the
+    epoch)."""
 
     cursor: bytes
     op: str
@@ -133,6 +198,13 @@ class SemanticStore(Protocol):
         """The log messages after ``cursor`` (at most :data:`LOG_READ_BATCH`), with the
         generation token read in the same round trip."""
         ...
+
+    # Optional (a store without them shares no per-entry records; the tier checks for them):
+    #   add_stats(changes: Sequence[StatsChange], origin: bytes | None) -> None
+    #       apply the changes to the stored records; announce them (op "stats") unless
+    #       ``origin`` is None.
+    #   fetch_stats(ids) -> tuple[dict[int, EntryStats], list[tuple[int, str]]]
+    #       the stored records of ``ids`` (entries without one skipped), and the malformed.
 
 
 class RedisSemanticStore:
@@ -224,6 +296,47 @@ class RedisSemanticStore:
                     found.append(_from_hash(id_, h))
                 except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
                     bad.append((id_, repr(exc)))
+        return found, bad
+
+    def add_stats(self, changes: Sequence[StatsChange], origin: bytes | None) -> None:
+        """Add ``changes`` to the entries' records (atomically per entry); announce them with
+        one ``stats`` message unless ``origin`` is None (served counts travel unannounced)."""
+        for start in range(0, len(changes), PIPELINE_CHUNK):
+            chunk = changes[start : start + PIPELINE_CHUNK]
+            # A cluster pipeline refuses scripts: there, one EVAL per entry.
+            target = self.client if self.cluster else self._pipeline()
+            for c in chunk:
+                sim = "" if c.refuted_at is None else repr(float(c.refuted_at))
+                args = (c.served, c.confirmed, c.refuted, c.reported_wrong, sim)
+                target.eval(_ADD_STATS_LUA, 1, self.entry_key(c.id), *args)
+            if not self.cluster:
+                target.execute()
+            if origin is not None:
+                self._announce("stats", (c.id for c in chunk), origin)
+
+    def fetch_stats(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, EntryStats], list[tuple[int, str]]]:
+        """The stored records of ``ids`` (entries gone or without a record skipped), and
+        ``(id, reason)`` for malformed ones."""
+        found: dict[int, EntryStats] = {}
+        bad: list[tuple[int, str]] = []
+        for start in range(0, len(ids), PIPELINE_CHUNK):
+            chunk = ids[start : start + PIPELINE_CHUNK]
+            pipe = self._pipeline()
+            for i in chunk:
+                pipe.hmget(self.entry_key(i), STATS_FIELDS)
+            for id_, row in zip(chunk, pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(row, Exception):
+                    bad.append((id_, repr(row)))
+                    continue
+                try:
+                    st = parse_stats(dict(zip(_STATS_KEYS, row, strict=True)))
+                except ValueError as exc:
+                    bad.append((id_, str(exc)))
+                    continue
+                if st is not None:
+                    found[id_] = st
         return found, bad
 
     def missing(self, ids: Sequence[int]) -> list[int]:
@@ -370,8 +483,43 @@ def _to_hash(e: StoredEntry) -> dict[str, Any]:
     }
 
 
+def _count(raw: bytes | None, name: str) -> int:
+    if raw is None:
+        return 0
+    n = int(raw)  # ValueError for anything but an integer
+    if not 0 <= n < _STATS_MAX_COUNT:
+        raise ValueError(f"{name} {n} is out of range")
+    return n
+
+
+def parse_stats(h: dict[bytes, Any]) -> EntryStats | None:
+    """The record in an entry's hash fields (:data:`STATS_FIELDS`; other fields ignored), None
+    when it has none. Raises ``ValueError`` when a field is malformed: counters must be
+    non-negative integers, the refuted similarity a finite number in [-1, 1]."""
+    raw = [h.get(k) for k in _STATS_KEYS]
+    if all(v is None for v in raw):
+        return None
+    try:
+        counts = [_count(v, name) for v, name in zip(raw[:4], STATS_FIELDS, strict=False)]
+        sim = None if raw[4] is None else float(raw[4])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed record: {exc}") from None
+    if sim is not None and not (math.isfinite(sim) and -1.0 <= sim <= 1.0):
+        raise ValueError(f"refuted similarity {sim!r} is not in [-1, 1]")
+    served, confirmed, refuted, reported_wrong = counts
+    return EntryStats(served, confirmed, refuted, reported_wrong, sim)
+
+
+def _stats_of(h: dict[bytes, bytes]) -> tuple[EntryStats | None, str | None]:
+    try:
+        return parse_stats(h), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
 def _from_hash(id_: int, h: dict[bytes, bytes]) -> StoredEntry:
     raw_exp = h.get(b"expires_at", b"")
+    stats, problem = _stats_of(h)
     return StoredEntry(
         id=id_,
         scope=h[b"scope"].decode(),
@@ -382,4 +530,6 @@ def _from_hash(id_: int, h: dict[bytes, bytes]) -> StoredEntry:
         version=int(h[b"v"]),
         embedder=h.get(b"emb", b"").decode(),
         vector=np.frombuffer(h[b"vec"], dtype=np.float32),
+        stats=stats,
+        stats_problem=problem,
     )

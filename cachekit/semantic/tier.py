@@ -32,6 +32,13 @@ made by this tier's embedder, and its id is the id of its own scope and text. Ot
 and counted (``invalid_entries``); they are data errors, not Redis failures, so only the store's
 own round trips run through the engine's guarded call (and its circuit breaker).
 
+Each entry's record (:class:`~cachekit.semantic.policy.EntryStats`, kept by the tier's
+:class:`~cachekit.semantic.arbiter.HitArbiter`) is shared too, when the store can
+(``add_stats``/``fetch_stats``): a verdict is written beside the entry and announced in the
+thread that reached it, served counts are added by the sync thread at most once a second, and
+records come in with the entries at a build and with ``stats`` messages on the log. Lookups read
+only the local record. A malformed record is skipped and counted (``invalid_stats``).
+
 This module holds the policy (what to share, when to rebuild, what to apply); the store only
 moves records.
 """
@@ -58,7 +65,7 @@ import numpy as np
 
 from cachekit.semantic.arbiter import HitArbiter
 from cachekit.semantic.batcher import MicroBatcher
-from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StoredEntry
+from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
 from cachekit.serialization import (
     Envelope,
@@ -108,6 +115,8 @@ _AUDIT_BATCH = 256
 _HIT_CHECKS_MAX = 1024
 #: An entry this close to its expiry may already be gone from the store: not a sign of eviction.
 _EXPIRY_SLACK_S = 1.0
+#: Seconds between two batches of served counts added to the shared records.
+_SERVED_FLUSH_S = 1.0
 
 
 def entry_id(scope: str, text: str) -> int:
@@ -236,8 +245,12 @@ class SemanticTier:
         self._hit_checks: set[int] = set()
         self._audit_at = 0.0
         self._audit_pos = 0
+        self._served_at = 0.0
+        self.invalid_stats = 0
         if self._store is None:
             self._ready.set()
+        elif callable(getattr(self._store, "add_stats", None)):
+            self.arbiter.on_verdict = self._share_verdict
 
     # ------------------------------------------------------------------ embedder and indexes
 
@@ -717,6 +730,7 @@ class SemanticTier:
             "resyncs": self.resyncs,
             **self.arbiter.summary(),
             "invalid_entries": self.invalid_entries,
+            "invalid_stats": self.invalid_stats,
             "log_lost": self.lost_log,
             "missing_from_store": self.missing_found,
             "ready": self._ready.is_set(),
@@ -818,6 +832,7 @@ class SemanticTier:
             vec = self._valid_vector(s)
             if vec is None or (s.expires_at is not None and s.expires_at <= now):
                 continue
+            self._take_stats(s)
             out.append(
                 (
                     SemanticEntry(
@@ -855,6 +870,62 @@ class SemanticTier:
             return vec
         self._invalid(s.id, reason)
         return None
+
+    def _take_stats(self, s: StoredEntry) -> None:
+        """The record stored beside a valid entry, into the arbiter (a malformed one is
+        skipped and counted: the entry is still served)."""
+        if s.stats_problem is not None:
+            self._invalid_stats(s.id, s.stats_problem)
+        elif s.stats is not None:
+            self.arbiter.merge_stats(s.id, s.stats)
+
+    def _invalid_stats(self, id_: int, reason: str) -> None:
+        self.invalid_stats += 1
+        log.warning(
+            "cachekit: record of semantic entry %d in the shared store skipped: %s", id_, reason
+        )
+
+    def _share_verdict(self, entry_id: int, correct: bool, similarity: float, user: bool) -> None:
+        """The arbiter's hook: add a verdict to the entry's shared record and announce it.
+        A failure (Redis down) costs the sharing only."""
+        add = getattr(self._store, "add_stats", None)
+        if not callable(add):
+            return
+        change = StatsChange(
+            entry_id,
+            confirmed=int(correct),
+            refuted=int(not correct),
+            reported_wrong=int(user and not correct),
+            refuted_at=None if correct else similarity,
+        )
+        self.engine.l2_call(add, [change], self._origin)
+
+    def _share_served(self) -> None:
+        """Served counts since the last batch, added to the shared records unannounced, at most
+        once per :data:`_SERVED_FLUSH_S` (not between two reads of a busy log)."""
+        now = time.monotonic()
+        if now < self._served_at:
+            return
+        self._served_at = now + _SERVED_FLUSH_S
+        add = getattr(self._store, "add_stats", None)
+        taken = self.arbiter.take_served()
+        if taken and callable(add):
+            self.engine.l2_call(add, [StatsChange(i, served=n) for i, n in taken], None)
+
+    def _apply_stats(self, ids: Sequence[int]) -> bool:
+        """New shared records of ``ids`` (announced by another process) into the arbiter."""
+        fetch = getattr(self._store, "fetch_stats", None)
+        if not callable(fetch):
+            return True
+        got = self.engine.l2_call(fetch, ids)
+        if got is FAILED:
+            return False
+        records, bad = got
+        for id_, reason in bad:
+            self._invalid_stats(id_, reason)
+        for id_, st in records.items():
+            self.arbiter.merge_stats(id_, st)
+        return True
 
     def _invalid(self, id_: int, reason: str) -> None:
         self.invalid_entries += 1
@@ -912,6 +983,9 @@ class SemanticTier:
                 self._apply_adds(fetched)
             elif m.op == "del":
                 self.remove_ids(m.ids)
+                self.arbiter.forget(m.ids)
+            elif m.op == "stats" and not self._apply_stats(m.ids):
+                return False
             self.sync_lag.record(max(0.0, now - m.at_s))
         return True
 
@@ -949,6 +1023,7 @@ class SemanticTier:
             return self._rebuild()
         if read.messages and not self._apply_log(read.messages):
             return None
+        self._share_served()
         self.purge_expired()
         if self._check_presence():
             return self._rebuild()
