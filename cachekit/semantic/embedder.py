@@ -30,6 +30,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from cachekit.protocols import Embedder
+from cachekit.semantic.onnx_runner import OnnxRunner
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -146,12 +147,17 @@ class SentenceTransformerEmbedder:
     so calibrate the threshold for it (``bench/quality.py --quantize int8``); its ``name`` ends in
     ``-int8`` so its entries never mix with fp32 ones.
 
+    With ONNX, :meth:`embed` calls the model's fast tokenizer and the ONNX Runtime session
+    directly and pools in numpy (:class:`~cachekit.semantic.onnx_runner.OnnxRunner`): the same
+    vectors as ``SentenceTransformer.encode`` (to ~1e-7), without its per-call overhead. Models
+    whose modules are not Transformer -> mean Pooling [-> Normalize] keep ``encode``
+    (:attr:`fast_path` says which).
+
     ``num_threads`` sets ONNX Runtime's intra-op pool (default: half the available CPUs, 1 to 4),
     with spinning disabled so idle ORT workers do not steal cores. torch's pool is process-wide
     and usually shared with the model being cached, so it is only changed when asked:
-    ``torch_threads=`` (worth setting to 1 with the ONNX backend when nothing else in the process
-    uses torch, because sentence-transformers pools ORT's output with torch ops), or
-    ``num_threads=`` with the torch backend.
+    ``torch_threads=`` (with the ONNX backend only the ``encode`` fallback uses torch, to pool),
+    or ``num_threads=`` with the torch backend.
 
     The model loads on the first :meth:`embed` or on :meth:`load`. Calls are serialised by a lock:
     both runtimes already use every thread they are given, so concurrent calls would only contend.
@@ -202,6 +208,7 @@ class SentenceTransformerEmbedder:
         self._quantize = quantize
         self._dim: int | None = DEFAULT_MODEL_DIM if self._model_ref is None else None
         self._model: Any = None
+        self._runner: OnnxRunner | None = None
         self._lock = threading.RLock()
 
     # -- protocol attributes ------------------------------------------------------------------
@@ -234,6 +241,19 @@ class SentenceTransformerEmbedder:
     def loaded(self) -> bool:
         return self._model is not None
 
+    @property
+    def fast_path(self) -> bool:
+        """Whether :meth:`embed` runs the ONNX session directly (:class:`OnnxRunner`) rather than
+        through ``SentenceTransformer.encode``. Loads the model."""
+        self.load()
+        return self._runner is not None
+
+    @property
+    def sentence_transformer(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loads it): the reference the fast path matches."""
+        self.load()
+        return self._model
+
     # -- loading -----------------------------------------------------------------------------
 
     def load(self) -> SentenceTransformerEmbedder:
@@ -263,6 +283,8 @@ class SentenceTransformerEmbedder:
             if dim is None:
                 raise RuntimeError(f"model {self._model_name} does not report an embedding size")
             self._dim = int(dim)
+            if self._backend == "onnx":
+                self._runner = OnnxRunner.from_model(model, self._batch_size)
             self._model = model
             return self
 
@@ -308,7 +330,7 @@ class SentenceTransformerEmbedder:
         # Idle ORT workers otherwise busy-wait between calls, taking the cores torch (pooling),
         # faiss and the caller need; on 2 shared cores that tripled single-text latency.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # sentence-transformers still pools and normalises ORT's output with torch ops.
+        # The encode() fallback pools and normalises ORT's output with torch ops.
         self._apply_torch_threads()
         provider = "CPUExecutionProvider"
         if self._device.startswith("cuda"):
@@ -414,6 +436,8 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
         with self._lock:
+            if self._runner is not None:
+                return self._runner.encode(items)
             out = self._model.encode(
                 items,
                 batch_size=self._batch_size,
