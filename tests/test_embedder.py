@@ -496,3 +496,18 @@ def test_onnx_runner_rejects_bad_batch_size() -> None:
 
     with pytest.raises(ValueError, match="batch_size"):
         OnnxRunner(object(), Session(), pad_id=0, batch_size=0)
+
+
+@pytest.mark.model
+def test_fast_path_failure_keeps_encode(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, onnx_cache: Path
+) -> None:
+    def broken(model: object, batch_size: int) -> None:
+        raise RuntimeError("unexpected layout (simulated)")
+
+    monkeypatch.setattr(OnnxRunner, "from_model", broken)
+    emb = SentenceTransformerEmbedder(backend="onnx", cache_dir=onnx_cache)
+    with caplog.at_level(logging.WARNING, logger="cachekit.semantic.embedder"):
+        assert not emb.fast_path
+    assert "simulated" in caplog.text
+    assert np.abs(emb.embed(MIXED[:4]) - reference(emb, MIXED[:4])).max() < 1e-6

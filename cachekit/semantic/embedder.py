@@ -284,7 +284,7 @@ class SentenceTransformerEmbedder:
                 raise RuntimeError(f"model {self._model_name} does not report an embedding size")
             self._dim = int(dim)
             if self._backend == "onnx":
-                self._runner = OnnxRunner.from_model(model, self._batch_size)
+                self._runner = _fast_path_or_none(model, self._batch_size)
             self._model = model
             return self
 
@@ -487,6 +487,15 @@ class _DropPrefix(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self.prefix)
+
+
+def _fast_path_or_none(model: Any, batch_size: int) -> OnnxRunner | None:
+    """The direct ONNX path for ``model``; ``None`` (keep ``encode``) if it cannot be built."""
+    try:
+        return OnnxRunner.from_model(model, batch_size)
+    except Exception as exc:  # an unexpected model layout: the slower path still works
+        logger.warning("cachekit: ONNX fast path unavailable (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def _model_display_name(model_ref: str | None) -> str:

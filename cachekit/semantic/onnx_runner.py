@@ -103,6 +103,8 @@ def _unsupported(model: Any) -> str | None:
         return "pooling is not plain mean pooling"
     if getattr(model, "default_prompt_name", None):
         return "model has a default prompt"
+    if not isinstance(getattr(model, "max_seq_length", None), int):
+        return "model has no max_seq_length"
     tokenizer = getattr(modules[0], "tokenizer", None)
     if tokenizer is None or not getattr(tokenizer, "is_fast", False):
         return "no fast tokenizer"
