@@ -58,10 +58,10 @@ DEFAULT_MODEL_DIM = 384
 # 1 ORT thread beat 2 for both single-text and batch latency (see bench/embedder.py).
 _MAX_DEFAULT_THREADS = 4
 _ONNX_FILE = Path("onnx") / "model.onnx"
-# sentence-transformers sorts a call's texts by length and encodes them in sub-batches of this
-# size; each sub-batch is padded to its longest text. On CPU, padding costs more than batching
-# saves beyond a few texts (per-text time, ONNX, 2 cores: 7.7 ms at 1, 7.5 ms at 4, 12 ms at 64;
-# `bench/throughput.py --curve`), while a GPU wants large batches.
+# A call's texts are sorted by length and encoded in sub-batches of this size (by OnnxRunner or
+# sentence-transformers alike); each sub-batch is padded to its longest text. On CPU, padding
+# costs more than batching saves beyond a few texts (per-text time, ONNX, 2 cores: 7.7 ms at 1,
+# 7.5 ms at 4, 12 ms at 64; `bench/throughput.py --curve`), while a GPU wants large batches.
 _CPU_BATCH_SIZE = 4
 _ACCELERATOR_BATCH_SIZE = 64
 
