@@ -511,3 +511,15 @@ def test_fast_path_failure_keeps_encode(
         assert not emb.fast_path
     assert "simulated" in caplog.text
     assert np.abs(emb.embed(MIXED[:4]) - reference(emb, MIXED[:4])).max() < 1e-6
+
+
+@pytest.mark.model
+def test_fused_graph_keeps_the_export_vectors(onnx_embedder: SentenceTransformerEmbedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    onnx_dir = onnx_embedder.onnx_export_dir / "onnx"
+    assert (onnx_dir / "model_fused.onnx").is_file()
+    assert not [p for p in onnx_dir.iterdir() if p.name.endswith(".tmp")]
+    plain = SentenceTransformer(str(onnx_embedder.onnx_export_dir), backend="onnx")  # model.onnx
+    expected = plain.encode(MIXED, batch_size=4, normalize_embeddings=True)
+    assert np.abs(onnx_embedder.embed(MIXED) - expected).max() < 1e-4

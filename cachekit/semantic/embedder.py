@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -58,6 +59,7 @@ DEFAULT_MODEL_DIM = 384
 # 1 ORT thread beat 2 for both single-text and batch latency (see bench/embedder.py).
 _MAX_DEFAULT_THREADS = 4
 _ONNX_FILE = Path("onnx") / "model.onnx"
+_FUSED_NAME = "model_fused.onnx"
 # A call's texts are sorted by length and encoded in sub-batches of this size (by OnnxRunner or
 # sentence-transformers alike); each sub-batch is padded to its longest text. On CPU, padding
 # costs more than batching saves beyond a few texts (per-text time, ONNX, 2 cores: 7.7 ms at 1,
@@ -321,6 +323,8 @@ class SentenceTransformerEmbedder:
         onnx_file = _ONNX_FILE
         if self._quantize == "int8":
             onnx_file = self._ensure_int8(Path(load_from))
+        elif load_from != source and self._device == "cpu":
+            onnx_file = _ensure_fused(Path(load_from))
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._num_threads
@@ -487,6 +491,30 @@ class _DropPrefix(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self.prefix)
+
+
+def _ensure_fused(export_dir: Path) -> Path:
+    """A copy of a BERT export with onnxruntime's transformer fusions (Attention, SkipLayerNorm,
+    BiasGelu, EmbedLayerNorm: optimum's O2), made once next to it; same vectors to ~1e-7, about
+    7-10% faster per text on CPU. Returns its path relative to ``export_dir``, or the plain
+    export's when the model is not BERT or fusing fails."""
+    fused = _ONNX_FILE.with_name(_FUSED_NAME)
+    if (export_dir / fused).is_file():
+        return fused
+    try:
+        config = json.loads((export_dir / "config.json").read_text())
+        if config.get("model_type") != "bert":
+            return _ONNX_FILE
+        from onnxruntime.transformers import optimizer
+
+        optimized = optimizer.optimize_model(str(export_dir / _ONNX_FILE), model_type="bert")
+        tmp = export_dir / fused.with_name(f".{_FUSED_NAME}.{os.getpid()}.tmp")
+        optimized.save_model_to_file(str(tmp))
+        os.replace(tmp, export_dir / fused)  # atomic: a concurrent loader sees all or nothing
+    except Exception as exc:
+        logger.warning("cachekit: ONNX fusions skipped (%s: %s)", type(exc).__name__, exc)
+        return _ONNX_FILE
+    return fused
 
 
 def _fast_path_or_none(model: Any, batch_size: int) -> OnnxRunner | None:
