@@ -140,7 +140,9 @@ class SentenceTransformerEmbedder:
 
     ``backend="onnx"`` runs the model with ONNX Runtime. Models without an ONNX file are exported
     once into ``cache_dir/<model-name>-onnx`` (default :func:`default_cache_dir`) and the export is
-    reused by later loads; the source directory is never written to. ``backend="auto"`` uses ONNX
+    reused by later loads; the source directory is never written to. On CPU, a BERT export also
+    gets a copy with onnxruntime's transformer fusions, made once beside it and used from then on
+    (same vectors to ~1e-7, a few percent faster). ``backend="auto"`` uses ONNX
     when onnxruntime and optimum are installed and falls back to torch, with a warning, if the
     ONNX load fails. ``backend`` and ``name`` report the backend actually in use.
 
