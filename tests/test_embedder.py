@@ -25,6 +25,7 @@ from cachekit.semantic.embedder import (
     as_embedder,
     default_cache_dir,
 )
+from cachekit.semantic.onnx_runner import OnnxRunner
 from cachekit.semantic.testing import DeterministicTestEmbedder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -403,3 +404,122 @@ def test_int8_embedder_is_close_to_fp32_and_made_once(
     mtime = made[0].stat().st_mtime_ns
     SentenceTransformerEmbedder(backend="onnx", quantize="int8", cache_dir=onnx_cache).load()
     assert made[0].stat().st_mtime_ns == mtime
+
+
+# -- the ONNX fast path (OnnxRunner) -------------------------------------------------------------
+
+# Empty, whitespace, non-ASCII, between the 128 tokens tokenizer.json pads/truncates to and the
+# model's 256, and past 256 (truncated): every case where a hand-written path could drift.
+ODD_TEXTS = [
+    "",
+    "  spaced \t text\n",
+    "Ünïcödé, 日本語 and an emoji 🙂",
+    " ".join(f"word{i}" for i in range(60)),
+    "what is the longest river in the world " * 60,
+]
+MIXED = [*PARAPHRASES, UNRELATED, *ODD_TEXTS, "a", "short one", "How do I learn Python fast?"]
+
+
+@pytest.fixture(scope="module")
+def int8_embedder(onnx_cache: Path) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(backend="onnx", quantize="int8", cache_dir=onnx_cache).load()
+
+
+def reference(emb: SentenceTransformerEmbedder, texts: list[str]) -> np.ndarray:
+    """The same texts through SentenceTransformer.encode, as embed() ran them before."""
+    model = emb.sentence_transformer
+    return model.encode(texts, batch_size=4, normalize_embeddings=True, convert_to_numpy=True)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_fast_path_matches_sentence_transformers(
+    precision: str,
+    onnx_embedder: SentenceTransformerEmbedder,
+    int8_embedder: SentenceTransformerEmbedder,
+) -> None:
+    emb = onnx_embedder if precision == "fp32" else int8_embedder
+    assert emb.fast_path
+    for text in MIXED:
+        assert np.abs(emb.embed([text]) - reference(emb, [text])).max() < 1e-4, text
+    batch = emb.embed(MIXED)  # several sub-batches of mixed lengths
+    assert batch.shape == (len(MIXED), 384) and batch.dtype == np.float32
+    assert batch.flags.c_contiguous
+    assert np.abs(batch - reference(emb, MIXED)).max() < 1e-4
+
+
+@pytest.mark.model
+def test_fast_path_truncates_at_max_seq_length(onnx_embedder: SentenceTransformerEmbedder) -> None:
+    words = [f"token{i}" for i in range(400)]
+    long_a, long_b = " ".join(words), " ".join([*words[:300], "entirely", "different", "tail"])
+    middle = " ".join(words[:70])
+    n_tokens = len(onnx_embedder.sentence_transformer.tokenizer(middle)["input_ids"])
+    assert 128 < n_tokens < 250  # past tokenizer.json's 128, within the model's 256
+    out = onnx_embedder.embed([long_a, long_b, f"{middle} apple", f"{middle} quantum"])
+    np.testing.assert_array_equal(out[0], out[1])  # both cut at 256 tokens, before they differ
+    assert float(out[2] @ out[3]) < 0.9999  # a last word past token 128 still counts
+
+
+@pytest.mark.model
+def test_onnx_runner_concurrent_calls(onnx_embedder: SentenceTransformerEmbedder) -> None:
+    runner = OnnxRunner.from_model(onnx_embedder.sentence_transformer, batch_size=4)
+    assert runner is not None
+    expected = runner.encode(MIXED)
+    results: dict[int, np.ndarray] = {}
+
+    def worker(i: int) -> None:
+        for _ in range(3):
+            results[i] = runner.encode(MIXED[i:] + MIXED[:i])  # no lock: shared session
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 1, 2, 3]
+    for i, out in results.items():
+        np.testing.assert_allclose(np.roll(out, i, axis=0), expected, atol=1e-5)
+
+
+@pytest.mark.model
+def test_onnx_runner_declines_what_it_cannot_reproduce(
+    torch_embedder: SentenceTransformerEmbedder,
+) -> None:
+    assert not torch_embedder.fast_path
+    assert OnnxRunner.from_model(torch_embedder.sentence_transformer, batch_size=4) is None
+
+
+def test_onnx_runner_rejects_bad_batch_size() -> None:
+    class Session:
+        def get_inputs(self) -> list[object]:
+            return []
+
+    with pytest.raises(ValueError, match="batch_size"):
+        OnnxRunner(object(), Session(), pad_id=0, batch_size=0)
+
+
+@pytest.mark.model
+def test_fast_path_failure_keeps_encode(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, onnx_cache: Path
+) -> None:
+    def broken(model: object, batch_size: int) -> None:
+        raise RuntimeError("unexpected layout (simulated)")
+
+    monkeypatch.setattr(OnnxRunner, "from_model", broken)
+    emb = SentenceTransformerEmbedder(backend="onnx", cache_dir=onnx_cache)
+    with caplog.at_level(logging.WARNING, logger="cachekit.semantic.embedder"):
+        assert not emb.fast_path
+    assert "simulated" in caplog.text
+    assert np.abs(emb.embed(MIXED[:4]) - reference(emb, MIXED[:4])).max() < 1e-6
+
+
+@pytest.mark.model
+def test_fused_graph_keeps_the_export_vectors(onnx_embedder: SentenceTransformerEmbedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    onnx_dir = onnx_embedder.onnx_export_dir / "onnx"
+    assert (onnx_dir / "model_fused.onnx").is_file()
+    assert not [p for p in onnx_dir.iterdir() if p.name.endswith(".tmp")]
+    plain = SentenceTransformer(str(onnx_embedder.onnx_export_dir), backend="onnx")  # model.onnx
+    expected = plain.encode(MIXED, batch_size=4, normalize_embeddings=True)
+    assert np.abs(onnx_embedder.embed(MIXED) - expected).max() < 1e-4

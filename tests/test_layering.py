@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "cachekit.storage": MECHANISMS,
     "cachekit.semantic.batcher": MECHANISMS,
     "cachekit.semantic.embedder": MECHANISMS,
+    "cachekit.semantic.onnx_runner": MECHANISMS,
     "cachekit.semantic.index": MECHANISMS,
     "cachekit.semantic.persistence": MECHANISMS,
     "cachekit.semantic.policy": MECHANISMS,
