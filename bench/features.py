@@ -7,7 +7,10 @@ stated mix):
 * 90% L1 hits, the other 10% in Redis only (written by another Cache, as another replica would);
 * 90% L2 hits (empty L1), the other 10% loaded;
 * all misses: every id loaded and written back to both tiers;
-* the first three again with ``copy=False`` (callers share the cached objects, no copy per hit).
+* the first three again with ``copy=False`` (callers share the cached objects, no copy per hit);
+* all misses with ``write_behind=True``: timed until ``get_many`` returns, and until the
+  background write is done too (after each timed call, untimed, pending writes are flushed so
+  that they never run inside another scenario's timing).
 
 Baselines, measured in the same run and interleaved with the scenarios so that machine noise
 hits all of them alike: a loop of ``redis.get`` + msgpack decode per id against the same server
@@ -63,6 +66,7 @@ class Bench:
         self.writer = Cache(**opts)  # another replica: fills Redis, not the reader's L1
         self.users = self.reader.features("user", loader=self.load, ttl=3600, version=1)
         self.shared = self.reader.features("user", loader=self.load, ttl=3600, copy=False)
+        self.behind = self.reader.features("user", loader=self.load, ttl=3600, write_behind=True)
         self.wusers = self.writer.features("user", loader=self.load, ttl=3600, version=1)
         self.hot = self.fresh(N)
         self.users.prime({i: self.store[i] for i in self.hot})  # reader L1 (and Redis)
@@ -121,6 +125,20 @@ class Bench:
         ids = self.fresh(N)
         return lambda: self.shared.get_many(ids)
 
+    def s_behind_miss(self) -> Callable[[], Any]:
+        ids = self.fresh(N)
+        return lambda: self.behind.get_many(ids)
+
+    def s_behind_miss_written(self) -> Callable[[], Any]:
+        ids = self.fresh(N)
+
+        def run() -> Any:
+            out = self.behind.get_many(ids)
+            assert self.behind.flush(10.0)
+            return out
+
+        return run
+
     def s_async_l1_90(self) -> Callable[[], Any]:
         ids = self.mixed(self.hot[: N * 9 // 10], self.in_l2_only(N // 10))
         return lambda: self.loop.run_until_complete(self.users.aget_many(ids))
@@ -171,6 +189,8 @@ def main() -> None:
             ("copy=False: get_many, 100% L1 hits", b.s_shared_all_l1),
             ("copy=False: get_many, 90% L1 hits + 10% L2", b.s_shared_l1_90),
             ("copy=False: get_many, all misses (loaded)", b.s_shared_miss),
+            ("write_behind: get_many, all misses (loaded)", b.s_behind_miss),
+            ("write_behind: get_many + its background write", b.s_behind_miss_written),
             ("baseline: per-id GET loop", b.b_get_loop),
             ("baseline: one MGET + decode", b.b_mget),
             ("baseline: loader called directly", b.b_loader),
@@ -184,6 +204,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 out = call()
                 times[name].append(time.perf_counter() - t0)
+                assert b.behind.flush(10.0)  # untimed: no write runs inside another timing
                 if "get_many" in name:
                     assert len(out) == N and not out.failed, name
         b.loop.close()

@@ -30,7 +30,8 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,7 @@ class _Counters:
     shared: int = 0
     loader_calls: int = 0
     loader_errors: int = 0
+    written_behind: int = 0
 
 
 class _FeatureStats:
@@ -125,6 +127,109 @@ class _FeatureStats:
             "max": lat.max_ms,
         }  # fmt: skip
         return out
+
+
+#: Seconds an invalidate or prime waits for pending write-behind stores before going ahead (each
+#: store is itself bounded by the shared tier's timeout).
+WRITE_BEHIND_FLUSH_TIMEOUT = 5.0
+
+
+class _WriteBehind:
+    """The pending stores of a write-behind feature set: run in order on one worker thread
+    (loads of sync callers) or as tasks of the caller's event loop (async callers), counted so
+    that a later delete or prime can wait for them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._deferred = threading.local()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def defer(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue ``fn(*args)`` for this thread's next :meth:`kick`: a get_many hands its writes
+        to the worker only as it returns, so the worker does not take the interpreter lock from
+        the request while the request is still answering (the lock changes hands every 5 ms).
+        Every path that defers must kick, or the load's waiters wait until the flush timeout."""
+        jobs = getattr(self._deferred, "jobs", None)
+        if jobs is None:
+            jobs = self._deferred.jobs = []
+        jobs.append((fn, args))
+
+    def kick(self) -> None:
+        """Start this thread's deferred writes (inline once closed)."""
+        jobs = getattr(self._deferred, "jobs", None)
+        if not jobs:
+            return
+        self._deferred.jobs = []
+        for fn, args in jobs:
+            if not self.submit(fn, *args):
+                fn(*args)
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the worker; False (nothing run) once closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="cachekit-write-behind")
+            self._pending += 1
+            self._executor.submit(self._run, fn, args)
+        return True
+
+    def _run(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.warning("cachekit: feature write-behind failed", exc_info=True)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._cond:
+            self._pending -= 1
+            self._cond.notify_all()
+
+    def asubmit(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task of the running loop."""
+        with self._cond:
+            self._pending += 1
+        task = asyncio.get_running_loop().create_task(self._arun(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _arun(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            await coro
+        except Exception:
+            log.warning("cachekit: feature write-behind failed", exc_info=True)
+        finally:
+            self._done()
+
+    def flush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
+        """Wait until every pending store is done; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+    async def aflush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
+        """The asyncio form of :meth:`flush`: this loop's pending stores, then any others."""
+        loop = asyncio.get_running_loop()
+        mine = [t for t in self._tasks if t.get_loop() is loop]
+        if mine:
+            await asyncio.wait(mine, timeout=timeout)
+        if not self._pending:
+            return True
+        return await asyncio.to_thread(self.flush, timeout)
+
+    def close(self) -> None:
+        """Finish what is pending (bounded), then refuse new work: later loads store inline."""
+        self.flush()
+        with self._cond:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
 
 class _Failure:
@@ -153,7 +258,11 @@ class FeatureSet:
     mutable value from L1 (the default, as everywhere in cachekit: mutating a result never
     changes what later callers get); ``copy=False`` hands every caller the cached object itself,
     about 1 µs less per L1 hit of a small dict (most of a large ``get_many`` of L1 hits), for
-    callers that treat features as read-only (see docs/features.md).
+    callers that treat features as read-only (see docs/features.md). ``write_behind``: return
+    as soon as the loader has answered and write the loaded entries to L1 and the shared tier in
+    the background (one worker thread for sync callers, a task of the caller's loop for async
+    ones); requests for those ids meanwhile wait on the load instead of loading again, and
+    :meth:`invalidate` / :meth:`prime` wait for pending writes first.
     """
 
     def __init__(
@@ -169,10 +278,11 @@ class FeatureSet:
         jitter: float = 0.1,
         max_batch: int | None = None,
         copy: bool = True,
+        write_behind: bool = False,
     ) -> None:
         _validate(name, version, loader, ttl, negative_ttl, stale_ttl, jitter, max_batch)
-        if not isinstance(copy, bool):
-            raise TypeError(f"copy must be True or False, got {copy!r}")
+        if not isinstance(copy, bool) or not isinstance(write_behind, bool):
+            raise TypeError("copy and write_behind must be True or False")
         self.engine = engine
         self.name = name
         self.version = version
@@ -183,6 +293,10 @@ class FeatureSet:
         self.jitter = jitter
         self.max_batch = max_batch
         self.copy = copy
+        self.write_behind = write_behind
+        self._writer = _WriteBehind()
+        if write_behind:
+            engine.on_close(self._writer.close)
         self._loader_name = getattr(loader, "__qualname__", None) or repr(loader)
         self._loader_is_async = inspect.iscoroutinefunction(loader)
 
@@ -407,7 +521,10 @@ class FeatureSet:
         """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
         out (failed ones listed in ``.failed``). One L1 pass, one L2 round trip for the L1
         misses, one loader call for what is left (waiting on loads already in flight)."""
-        return drive(self._get_core(ids), self._ops)
+        try:
+            return drive(self._get_core(ids), self._ops)
+        finally:
+            self._writer.kick()  # write-behind: the writes start as the answer leaves
 
     async def aget_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """The asyncio form of :meth:`get_many`."""
@@ -499,8 +616,11 @@ class FeatureSet:
             result = await result
         return result
 
-    def _chunk_core(self, chunk: list[_Item]) -> Core[dict[Hashable, Any]]:
-        """One loader call (``loader``) and the write-back of what it returned (``store``)."""
+    def _chunk_core(
+        self, chunk: list[_Item], later: list[StoreItem] | None
+    ) -> Core[dict[Hashable, Any]]:
+        """One loader call (``loader``) and the write-back of what it returned (``store``), or
+        with write-behind its entries added to ``later``."""
         ids = [entity_id for _, entity_id, _ in chunk]
         c = self._c
         c.loader_calls += 1
@@ -515,7 +635,9 @@ class FeatureSet:
         finally:
             self.engine.telemetry.compute.record(time.perf_counter() - t0)
         outcomes, store = self._outcomes(chunk, found, failed)
-        if store:
+        if later is not None:
+            later.extend(store)
+        elif store:
             yield ("store", (store,))
         return outcomes
 
@@ -527,13 +649,21 @@ class FeatureSet:
         own: dict[Hashable, Any] = {}
         if mine:
             claimed = set(mine)
+            later: list[StoreItem] | None = [] if self.write_behind else None
             try:
                 for chunk in self._split([it for it in items if it[0] in claimed]):
-                    own.update(drive(self._chunk_core(chunk), self._ops))
+                    own.update(drive(self._chunk_core(chunk, later), self._ops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
-            self._flights.release(flight, mine, own)
+            if later:
+                self._writer.defer(self._store_then_release, later, flight, mine, dict(own))
+            else:
+                self._flights.release(flight, mine, own)
+        if waits:
+            # About to wait on other loads, whose leaders may wait on ours: ours must not wait
+            # for this request to return.
+            self._writer.kick()
         outcomes = own
         for lk, other in waits.items():
             outcomes[lk] = other.wait().get(lk, _ABSENT)
@@ -546,13 +676,17 @@ class FeatureSet:
         own: dict[Hashable, Any] = {}
         if mine:
             claimed = set(mine)
+            later: list[StoreItem] | None = [] if self.write_behind else None
             try:
                 for chunk in self._split([it for it in items if it[0] in claimed]):
-                    own.update(await adrive(self._chunk_core(chunk), self._aops))
+                    own.update(await adrive(self._chunk_core(chunk, later), self._aops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
                 raise
-            self._flights.release(flight, mine, own, loop=loop)
+            if later:
+                self._writer.asubmit(self._astore_then_release(later, flight, mine, own, loop))
+            else:
+                self._flights.release(flight, mine, own, loop=loop)
         outcomes = own
         orphans: list[_Item] = []
         by_lk = {item[0]: item for item in items}
@@ -566,6 +700,31 @@ class FeatureSet:
         if orphans:
             outcomes.update(await self._aload(orphans))
         return outcomes
+
+    def _store_then_release(
+        self, items: list[StoreItem], flight: Any, mine: list[Hashable], own: dict[Hashable, Any]
+    ) -> None:
+        """Write-behind: store what a load returned, then let its waiters go (until then, a
+        request for the same ids waits on the load instead of missing and loading again)."""
+        try:
+            self.engine.store_many(items, share=not self.copy)
+            self._c.written_behind += len(items)
+        finally:
+            self._flights.release(flight, mine, own)
+
+    async def _astore_then_release(
+        self,
+        items: list[StoreItem],
+        flight: Any,
+        mine: list[Hashable],
+        own: dict[Hashable, Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        try:
+            await self.engine.astore_many(items, share=not self.copy)
+            self._c.written_behind += len(items)
+        finally:
+            self._flights.release(flight, mine, own, loop=loop)
 
     def _count_shared(self, n: int) -> None:
         if n:
@@ -593,6 +752,7 @@ class FeatureSet:
             try:
                 self._load(todo)
             finally:
+                self._writer.kick()
                 self._release_refresh(todo)
 
         if not self.engine.refresh_in_background(("feat", self._kname, id(todo)), work):
@@ -635,21 +795,35 @@ class FeatureSet:
     def invalidate(self, ids: Iterable[Any]) -> None:
         """Forget ``ids`` in every tier (positive and negative entries alike)."""
         keys = self._keys(ids)
+        self._writer.flush()  # a pending store must not land after the delete
         if keys:
             self.engine.delete_many(keys)
 
     async def ainvalidate(self, ids: Iterable[Any]) -> None:
         keys = self._keys(ids)
+        await self._writer.aflush()
         if keys:
             await self.engine.adelete_many(keys)
 
     def prime(self, features: Mapping[Any, Any]) -> int:
         """Store ``{id: features}`` as if the loader had returned them; returns how many could
         be stored."""
-        return sum(self.engine.store_many(self._prime_items(features), share=not self.copy))
+        items = self._prime_items(features)
+        self._writer.flush()  # an older pending store must not land after this one
+        return sum(self.engine.store_many(items, share=not self.copy))
 
     async def aprime(self, features: Mapping[Any, Any]) -> int:
-        return sum(await self.engine.astore_many(self._prime_items(features), share=not self.copy))
+        items = self._prime_items(features)
+        await self._writer.aflush()
+        return sum(await self.engine.astore_many(items, share=not self.copy))
+
+    def flush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
+        """Wait for this feature set's pending write-behind stores; False on timeout. (Nothing
+        is pending without ``write_behind``.)"""
+        return self._writer.flush(timeout)
+
+    async def aflush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
+        return await self._writer.aflush(timeout)
 
     def stats(self) -> dict[str, Any]:
         """This feature set's telemetry section (also in ``cache.stats().extra``)."""

@@ -238,7 +238,8 @@ def test_invalidate_and_prime(clock: ManualClock) -> None:
 # ---------------------------------------------------------------------- concurrency
 
 
-def test_overlapping_threads_share_in_flight_loads() -> None:
+@pytest.mark.parametrize("write_behind", [False, True])
+def test_overlapping_threads_share_in_flight_loads(write_behind: bool) -> None:
     calls: list[list[int]] = []
     gate = threading.Event()
 
@@ -248,7 +249,7 @@ def test_overlapping_threads_share_in_flight_loads() -> None:
         return {i: i * 10 for i in ids}
 
     cache = Cache()
-    users = cache.features("user", loader=load)
+    users = cache.features("user", loader=load, write_behind=write_behind)
     results: dict[str, FeatureBatch] = {}
     t1 = threading.Thread(target=lambda: results.update(a=users.get_many(range(10))))
     t2 = threading.Thread(target=lambda: results.update(b=users.get_many(range(5, 15))))
@@ -269,6 +270,8 @@ def test_overlapping_threads_share_in_flight_loads() -> None:
     )
     assert results["c"] == {3: 30, 12: 120}
     assert cache.stats().extra["singleflight_waits"] == 7
+    assert users.flush(5.0)
+    assert users.get_many(range(15)) == {i: i * 10 for i in range(15)} and len(calls) == 2
 
 
 def test_waiters_share_the_leaders_exception() -> None:
@@ -607,7 +610,7 @@ def test_copying_and_sharing_sets_of_one_name_never_share_objects() -> None:
 
 
 def test_copy_must_be_a_bool() -> None:
-    with pytest.raises(TypeError, match="copy must be True or False"):
+    with pytest.raises(TypeError, match="copy and write_behind must be True or False"):
         Cache().features("user", loader=Loader(), copy="no")
 
 
@@ -633,3 +636,120 @@ def test_replica_invalidation_reaches_batch_filled_entries(redis_server: RedisSe
     finally:
         a.close()
         b.close()
+
+
+# ---------------------------------------------------------------------- write-behind
+
+
+class GatedStores:
+    """Holds the engine's stores (sync and async) until released: a slow write-back."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        engine: Any = cache.engine
+        sync, asyn = engine.store_many, engine.astore_many
+
+        def store_many(items: Any, **kw: Any) -> Any:
+            self.started.set()
+            assert self.gate.wait(10.0)
+            return sync(items, **kw)
+
+        async def astore_many(items: Any, **kw: Any) -> Any:
+            self.started.set()
+            await asyncio.to_thread(self.gate.wait, 10.0)
+            return await asyn(items, **kw)
+
+        engine.store_many, engine.astore_many = store_many, astore_many
+
+
+def _gated(namespace: str) -> tuple[Cache, Any, GatedStores, Loader, MemoryTier]:
+    tier, loader = MemoryTier(), Loader()
+    cache = Cache(l2=tier, namespace=namespace)
+    fs = cache.features("user", loader=loader, write_behind=True)
+    return cache, fs, GatedStores(cache), loader, tier
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_write_behind_returns_before_the_write_and_stores_later(form: str) -> None:
+    cache, fs, gated, loader, tier = _gated(f"wb-{form}")
+    try:
+        if form == "sync":
+            got = fs.get_many([1, 2, 3])
+            assert gated.started.wait(5.0)  # the write waits: get_many returned before it
+            gated.gate.set()
+            assert fs.flush(5.0)
+        else:
+
+            async def run() -> Any:
+                out = await fs.aget_many([1, 2, 3])
+                await async_wait_until(gated.started.is_set)
+                gated.gate.set()
+                assert await fs.aflush(5.0)
+                return out
+
+            got = asyncio.run(run())
+        assert got == {i: {"id": i, "v": 1} for i in (1, 2, 3)}
+        other = Cache(l2=tier, namespace=f"wb-{form}").features("user", loader=loader)
+        assert other.get_many([1, 2, 3]) == got and len(loader.calls) == 1  # from the shared tier
+        assert fs.stats()["written_behind"] == 3
+    finally:
+        gated.gate.set()
+        cache.close()
+
+
+def test_write_behind_requests_meanwhile_wait_instead_of_loading_again() -> None:
+    cache, fs, gated, loader, _ = _gated("wb2")
+    try:
+        assert fs.get_many([1, 2]) == {1: {"id": 1, "v": 1}, 2: {"id": 2, "v": 1}}
+        assert gated.started.wait(5.0)
+        second: list[Any] = []
+        t = threading.Thread(target=lambda: second.append(fs.get_many([2, 3])))
+        t.start()
+        wait_until(lambda: cache.engine.waiting() >= 1, timeout=5.0)  # waits on id 2's load
+        gated.gate.set()
+        t.join(10.0)
+        assert second == [{2: {"id": 2, "v": 1}, 3: {"id": 3, "v": 1}}]
+        assert loader.seen == [1, 2, 3]  # id 2 loaded once
+    finally:
+        gated.gate.set()
+        cache.close()
+
+
+def test_write_behind_invalidate_waits_so_no_stale_write_lands_after_it() -> None:
+    cache, fs, gated, loader, tier = _gated("wb3")
+    try:
+        fs.get_many([7])
+        assert gated.started.wait(5.0)
+        done = threading.Event()
+
+        def invalidate() -> None:
+            fs.invalidate([7])
+            done.set()
+
+        t = threading.Thread(target=invalidate)
+        t.start()
+        assert not done.wait(0.2)  # the delete waits for the pending write
+        gated.gate.set()
+        assert done.wait(10.0)
+        t.join(10.0)
+        assert tier.get_many([fs.cache_key(7)]) == [None]  # the write did not outlive it
+        loader.version = 2
+        assert fs.get(7) == {"id": 7, "v": 2}
+    finally:
+        gated.gate.set()
+        cache.close()
+
+
+def test_write_behind_after_close_stores_inline() -> None:
+    cache = Cache(namespace="wb4")
+    fs = cache.features("user", loader=Loader(), write_behind=True)
+    fs.get_many([1])
+    cache.close()  # finishes the pending write, then refuses new background work
+    assert fs.get_many([2]) == {2: {"id": 2, "v": 1}}
+    assert fs.stats()["written_behind"] == 2
+
+
+def test_write_behind_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="copy and write_behind must be True or False"):
+        Cache().features("user", loader=Loader(), write_behind=1)
