@@ -23,7 +23,7 @@ import numpy as np
 from cachekit.semantic.arbiter import HitArbiter
 from cachekit.semantic.error_bounded import ErrorBoundedPolicy
 from cachekit.semantic.policy import DEFAULT_THRESHOLD, Candidate, ThresholdPolicy
-from cachekit.semantic.verifier import VerifiedPolicy, VerifierModel, pair_part
+from cachekit.semantic.verifier import VerifiedPolicy, VerifierModel, nearest_texts, pair_part
 from cachekit.semantic.verifier_features import text_info
 
 K = 4
@@ -37,26 +37,13 @@ class Row:
     duplicate: bool
 
 
-def nearest(
-    queries: list[str], pool: list[str], vec: dict[str, np.ndarray], k: int = K
-) -> list[list[tuple[float, str]]]:
-    m = np.stack([vec[t] for t in pool])
-    out = []
-    for start in range(0, len(queries), 512):
-        q = np.stack([vec[t] for t in queries[start : start + 512]])
-        sims = q @ m.T
-        top = np.argsort(-sims, axis=1)[:, :k]
-        out.extend([[(float(sims[r, j]), pool[j]) for j in top[r]] for r in range(len(q))])
-    return out
-
-
 def qqp_policies(rows: list[Row], vec: dict[str, np.ndarray], model: VerifierModel) -> None:
     """Precision/recall on the test part: static cosine thresholds vs the verified policy."""
     contents: dict[str, int] = {}
     for r in rows:
         contents[r.cached] = r.line
     test = [r for r in rows if pair_part(r.query, r.cached) == "test"]
-    near = nearest([r.query for r in test], list(contents), vec)
+    near = nearest_texts([r.query for r in test], list(contents), vec, K)
     dups = sum(r.duplicate for r in test)
     verified = VerifiedPolicy(model)
     # Per query: (cosine of the top-1, its value) and (best verifier probability, its value).
@@ -298,9 +285,14 @@ def replay_policies(
 
 
 def _static_at(static: list[tuple[float, dict[str, float]]], error: float) -> float:
-    """The static thresholds' hit rate at realised error ``error`` (linear interpolation
-    between the neighbouring thresholds of the sweep)."""
-    pts = sorted((m["error"], m["hit_rate"]) for _, m in static)
+    """The static thresholds' hit rate at realised error ``error``."""
+    return hit_rate_at_error([(m["error"], m["hit_rate"]) for _, m in static], error)
+
+
+def hit_rate_at_error(points: list[tuple[float, float]], error: float) -> float:
+    """The hit rate at realised ``error`` on a curve of ``(error, hit rate)`` points (linear
+    interpolation between neighbouring points, the end values outside them)."""
+    pts = sorted(points)
     if error <= pts[0][0]:
         return pts[0][1]
     for (e0, h0), (e1, h1) in itertools.pairwise(pts):
@@ -323,7 +315,7 @@ def verifier_cost(
     miss apart) against one bare torch encode, interleaved, medians of ``reps`` rounds."""
     contents = list(dict.fromkeys(r.cached for r in rows))
     test = [r for r in rows if pair_part(r.query, r.cached) == "test"]
-    near = nearest([r.query for r in test], contents, vec)
+    near = nearest_texts([r.query for r in test], contents, vec, K)
     offered = [[Candidate(i, t, s) for i, (s, t) in enumerate(c)] for c in near]
     verified = VerifiedPolicy(model)
     threshold = ThresholdPolicy()

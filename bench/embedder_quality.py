@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import itertools
 import os
 import statistics
 import sys
@@ -133,7 +132,7 @@ def qqp_scores(
         [model.probability(c, p.query, p.cached) for c, p in zip(own_cos, test, strict=True)]
     )
     policy = VerifiedPolicy(model)
-    near = _policies.nearest([p.query for p in test], list(contents), vec)
+    near = _policies.nearest_texts([p.query for p in test], list(contents), vec, _policies.K)
     cos, cos_ok, ver, ver_ok = [], [], [], []
     for p, cands in zip(test, near, strict=True):
         cos.append(cands[0][0])
@@ -156,17 +155,6 @@ def qqp_scores(
     return scores, int(dup.sum())
 
 
-def at_error(static: list[tuple[float, float]], error: float) -> float:
-    """Hit rate of the static thresholds at realised ``error`` (linear interpolation)."""
-    pts = sorted(static)
-    if error <= pts[0][0]:
-        return pts[0][1]
-    for (e0, h0), (e1, h1) in itertools.pairwise(pts):
-        if e0 <= error <= e1:
-            return h0 if e1 == e0 else h0 + (h1 - h0) * (error - e0) / (e1 - e0)
-    return pts[-1][1]
-
-
 def replay(
     requests: list[tuple[str, str, str]], vec: dict[str, np.ndarray], model: VerifierModel
 ) -> tuple[list[float], str]:
@@ -176,6 +164,7 @@ def replay(
         m = _policies.simulate(requests, vec, ThresholdPolicy(float(t)))
         static.append((m["error"], m["hit_rate"]))
     v = _policies.simulate(requests, vec, VerifiedPolicy(model))
+    at_error = _policies.hit_rate_at_error
     note = (
         f"verifier p >= {model.threshold:.2f}: error {v['error']:.4f}, hit rate "
         f"{v['hit_rate']:.4f} (static at that error {at_error(static, v['error']):.4f})"

@@ -362,14 +362,11 @@ def encode_for_tiers(
     envelope is a msgpack array whose last element is the value, so the value's own bytes are
     both the L1 copy and the tail of the envelope. Raises :class:`SerializationError`."""
     value = env.value
-    if (
-        share
-        or type(serializer) is not MsgpackSerializer
-        or type(l1_serializer) is not MsgpackSerializer
-        or is_immutable(value)
-    ):
+    if share or is_immutable(value):
+        return encode_envelope(serializer, env, key), value
+    if type(serializer) is not MsgpackSerializer or type(l1_serializer) is not MsgpackSerializer:
         data = encode_envelope(serializer, env, key)
-        return data, value if share else for_sharing(l1_serializer, value)
+        return data, for_sharing(l1_serializer, value)
     try:
         vb = l1_serializer.dumps(value)
         head = _packb([ENVELOPE_FORMAT, env.created_at, env.ttl, env.stale_ttl, env.version])

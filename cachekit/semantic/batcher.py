@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from cachekit.telemetry import LatencyHistogram
 
-__all__ = ["BatcherClosed", "MicroBatcher"]
+__all__ = ["BatcherClosed", "MicroBatcher", "on_event_loop"]
 
 log = logging.getLogger("cachekit.semantic")
 
@@ -110,7 +110,7 @@ class MicroBatcher(Generic[Req, Res]):
         For synchronous callers. On a running event loop it refuses to block the loop and
         raises RuntimeError: await ``asyncio.wrap_future(submit(request))`` there instead.
         """
-        if _on_event_loop():
+        if on_event_loop():
             raise RuntimeError("MicroBatcher.call() blocks; on an event loop use submit()")
         item: _Item[Req, Res] = _Item(request)
         if self._claim_idle():
@@ -263,7 +263,8 @@ class MicroBatcher(Generic[Req, Res]):
         return self.requests / self.batches if self.batches else 0.0
 
 
-def _on_event_loop() -> bool:
+def on_event_loop() -> bool:
+    """Whether the calling thread is running an asyncio event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

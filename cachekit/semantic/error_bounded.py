@@ -41,10 +41,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cachekit.semantic.policy import Candidate, Decision
+from cachekit.semantic.verifier import VerifierModel
 
 if TYPE_CHECKING:
     from cachekit.protocols import Embedder
-    from cachekit.semantic.verifier import VerifierModel
 
 __all__ = ["EmbeddingComparator", "ErrorBoundedPolicy"]
 
@@ -81,8 +81,6 @@ class ErrorBoundedPolicy:
         if not 0.0 <= explore_scale <= 1.0:
             raise ValueError(f"explore_scale must be in [0, 1], got {explore_scale!r}")
         if verifier is True:
-            from cachekit.semantic.verifier import VerifierModel
-
             verifier = VerifierModel.load()
         self.max_error = float(max_error)
         self.verifier: VerifierModel | None = verifier or None

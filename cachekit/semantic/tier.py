@@ -45,7 +45,6 @@ moves records.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import heapq
 import itertools
@@ -64,7 +63,7 @@ import msgpack
 import numpy as np
 
 from cachekit.semantic.arbiter import HitArbiter
-from cachekit.semantic.batcher import MicroBatcher
+from cachekit.semantic.batcher import MicroBatcher, on_event_loop
 from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
 from cachekit.serialization import (
@@ -295,7 +294,7 @@ class SemanticTier:
         self.start()
         if self.batcher is None:
             return self.search_batch([(scope, text)])[0]
-        if _on_event_loop():
+        if on_event_loop():
             # A sync function called from async code blocks its loop anyway; the worker runs it.
             return self.batcher.submit((scope, text)).result()
         # A lone caller that finds the batcher idle runs its batch in its own thread (no hand-off
@@ -1107,11 +1106,3 @@ def _semantic_store(engine: Engine, base: str, log_maxlen: int) -> SemanticStore
     """The shared tier's semantic store, when it offers one."""
     make = getattr(engine.l2, "semantic_store", None)
     return make(base, log_maxlen) if callable(make) else None
-
-
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

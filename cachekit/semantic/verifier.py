@@ -37,6 +37,7 @@ __all__ = [
     "VerifiedPolicy",
     "VerifierModel",
     "load_pairs",
+    "nearest_texts",
     "pair_part",
     "train_verifier",
 ]
@@ -307,9 +308,11 @@ def _embed_texts(embedder: Embedder | None, texts: list[str]) -> dict[str, np.nd
     return dict(zip(unique, vecs, strict=True))
 
 
-def _neighbours(
+def nearest_texts(
     queries: list[str], pool: list[str], vec: dict[str, np.ndarray], k: int
 ) -> list[list[tuple[float, str]]]:
+    """For each query, its ``k`` nearest texts of ``pool`` by the cosine of their unit vectors
+    in ``vec``, best first, as ``(cosine, text)``."""
     import numpy as np
 
     m = np.stack([vec[t] for t in pool])
@@ -334,7 +337,7 @@ def _training_rows(
         y.append(int(p.duplicate))
     pool = list(dict.fromkeys(p.cached for p in train))
     negatives = 0
-    near = _neighbours([p.query for p in train], pool, vec, _NEGATIVES_PER_QUERY + 1)
+    near = nearest_texts([p.query for p in train], pool, vec, _NEGATIVES_PER_QUERY + 1)
     for p, cands in zip(train, near, strict=True):
         for sim, text in cands[: _NEGATIVES_PER_QUERY + 1]:
             if text in (p.cached, p.query) or sim < DEFAULT_PREFILTER:
@@ -377,7 +380,7 @@ def _operating_point(
         return 0.5, {}
     policy = VerifiedPolicy(model, min_probability=0.5)
     best: list[tuple[float, bool, bool]] = []  # (probability, on own pair, duplicate)
-    for p, cands in zip(tune, _neighbours([p.query for p in tune], cached, vec, 4), strict=True):
+    for p, cands in zip(tune, nearest_texts([p.query for p in tune], cached, vec, 4), strict=True):
         offered = [Candidate(i, text, sim) for i, (sim, text) in enumerate(cands)]
         scores = [
             (s, c)
