@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cachekit._version import __version__
 from cachekit.proxy import server as serve_cli
+from cachekit.proxy.config import load_embedder
 from cachekit.replay import cli as replay_cli
 
 
@@ -48,14 +49,23 @@ def _add_train_verifier(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         default=0.80,
         help="share of judgeable hits that must be right at the operating point",
     )
+    tv.add_argument(
+        "--embedder",
+        default="",
+        help="module:callable returning the embedder to train with, the one the cache will "
+        "use (default: the bundled model), as for `cachekit serve --embedder`",
+    )
 
 
 def _train_verifier(args: argparse.Namespace) -> int:
     from cachekit.semantic.verifier import train_verifier
 
     try:
-        train_verifier(args.pairs, args.out, target_precision=args.target_precision)
-    except (OSError, ValueError) as exc:
+        embedder = load_embedder(args.embedder)
+        train_verifier(
+            args.pairs, args.out, embedder=embedder, target_precision=args.target_precision
+        )
+    except (OSError, ValueError, ImportError, AttributeError) as exc:
         print(f"cachekit train-verifier: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -4,7 +4,8 @@ Mechanisms below it (storage tiers, serializers, the breaker, single-flight, tel
 dumb; entry points above it (the exact decorator, feature sets, the semantic decorator and tier)
 translate their world into these calls:
 
-* keys and TTLs: :meth:`Engine.make_key`, :meth:`Engine.resolve_ttl`;
+* keys and TTLs: :meth:`Engine.make_key` (:meth:`~Engine.make_keys`), :meth:`Engine.resolve_ttl`
+  (:meth:`~Engine.resolve_ttls`);
 * reads: :meth:`Engine.lookup_one`, :meth:`Engine.lookup_many`, :meth:`Engine.lookup_lazy`;
 * writes: :meth:`Engine.store_many`, :meth:`Engine.delete_many`;
 * misses: :meth:`Engine.single_flight` (one computation per concurrent miss, counted once),
@@ -31,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,7 +53,7 @@ from cachekit.serialization import (
 from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
-from cachekit.types import FAILED, CacheKey, Envelope, Found, Status, StoreItem
+from cachekit.types import FAILED, MISSED, CacheKey, Envelope, Found, Status, StoreItem
 from cachekit.validation import check_seconds
 
 if TYPE_CHECKING:
@@ -218,6 +219,19 @@ class Engine:
         remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
         return CacheKey(remote if local is None else local, remote, version)
 
+    def make_keys(
+        self, kind: str, name: str, parts: Iterable[str], locals_: Iterable[Hashable]
+    ) -> list[CacheKey]:
+        """:meth:`make_key` for many entries of one owner: ``parts`` and their local keys in
+        step (one prefix for the batch)."""
+        version = self._version
+        prefix = f"{self._version_prefix}{version}:{kind}:{name}:"
+        new = tuple.__new__  # CacheKey(...) without its Python-level __new__: a third less
+        return [
+            new(CacheKey, (local, prefix + part, version))
+            for part, local in zip(parts, locals_, strict=True)
+        ]
+
     def _current(self, keys: Sequence[CacheKey]) -> Sequence[CacheKey]:
         """``keys`` re-made for the current namespace version: a bump seen by the version check
         that runs inside a batch operation must apply to keys built just before it."""
@@ -248,6 +262,14 @@ class Engine:
             # Only ever shorten: a TTL is a promise about staleness, not a suggestion.
             ttl = ttl * (1.0 - jitter * self.random())
         return ttl
+
+    def resolve_ttls(self, ttl: float | None, jitter: float, n: int) -> list[float | None]:
+        """:meth:`resolve_ttl` for ``n`` entries stored together (each its own jitter)."""
+        base = self.resolve_ttl(ttl)
+        if base is None or not jitter:
+            return [base] * n
+        rand = self.random
+        return [base * (1.0 - jitter * rand()) for _ in range(n)]
 
     # ------------------------------------------------------------------ namespace version
 
@@ -465,8 +487,14 @@ class Engine:
                     found[i] = Found(Status.ERROR)
             return
         fills: list[L1Item] = []
+        absent = 0
         for i, data in enumerate(datas):
+            if data is None:  # most of a batch of new ids: counted, nothing to decode
+                absent += 1
+                continue
             found[i] = self._l2_found(keys[i], found[i], data, now, share, fills)
+        if absent and self._l2c is not None:
+            self._l2c.misses += absent
         if fills and self.l1 is not None:
             self.l1.set_many(fills)  # one lock and one clock read for the batch
             self._remember_locals(
@@ -636,22 +664,23 @@ class Engine:
             *await self._arun(self._lazy_core([k.local for k in keys], self._key_at(keys)))
         )
 
-    def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[int], CacheKey]:
+    def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[list[int]], Sequence[CacheKey]]:
         # Called after the lookup's version check: a key built before a bump gets the new version.
-        return lambda i: self._current([keys[i]])[0]
+        return lambda idx: self._current([keys[i] for i in idx])
 
     def lookup_lazy(
         self,
         locals_: Sequence[Hashable],
-        key_of: Callable[[int], CacheKey],
+        keys_of: Callable[[list[int]], Sequence[CacheKey]],
         *,
         share: bool = False,
     ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
         """The batch lookup shaped for large batches that are mostly L1 hits (feature sets).
 
-        Entries are given by their local keys; ``key_of(i)`` builds the full key of entry ``i``
-        and is called only for entries L1 cannot answer, and an L1 hit allocates nothing, since
-        at hundreds of entries per call those costs dominate. Returns the fresh L1 envelopes by
+        Entries are given by their local keys; ``keys_of(indexes)`` builds the full keys of the
+        entries at those indexes (in that order) and is called once, only for the entries L1
+        cannot answer, and an L1 hit allocates nothing, since at hundreds of entries per call
+        those costs dominate. Returns the fresh L1 envelopes by
         index (``None`` elsewhere) and, for every other index, its key and what L2 found.
 
         The fresh envelopes are L1's own: a mutable value is held as a
@@ -663,19 +692,22 @@ class Engine:
         a packed copy (for callers that hand out shared read-only values and keep their entries
         under their own local keys; see :meth:`store_many`).
         """
-        return self._run(self._lazy_core(locals_, key_of, share))
+        return self._run(self._lazy_core(locals_, keys_of, share))
 
     async def alookup_lazy(
         self,
         locals_: Sequence[Hashable],
-        key_of: Callable[[int], CacheKey],
+        keys_of: Callable[[list[int]], Sequence[CacheKey]],
         *,
         share: bool = False,
     ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
-        return await self._arun(self._lazy_core(locals_, key_of, share))
+        return await self._arun(self._lazy_core(locals_, keys_of, share))
 
     def _lazy_core(
-        self, locals_: Sequence[Hashable], key_of: Callable[[int], CacheKey], share: bool = False
+        self,
+        locals_: Sequence[Hashable],
+        keys_of: Callable[[list[int]], Sequence[CacheKey]],
+        share: bool = False,
     ) -> Core[tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]]:
         now = self.clock()
         if now >= self._next_version_check:
@@ -683,11 +715,12 @@ class Engine:
         fresh, pending, stale = self._l1_pass(locals_, now)
         if not pending:
             return fresh, {}
-        keys = [key_of(i) for i in pending]
-        found = [
-            Found(Status.STALE, stale[i], "l1") if i in stale else Found(Status.MISS)
-            for i in pending
-        ]
+        keys = keys_of(pending)
+        found = (
+            [Found(Status.STALE, stale[i], "l1") if i in stale else MISSED for i in pending]
+            if stale
+            else [MISSED] * len(pending)
+        )
         if self.l2 is not None:
             datas = yield ("get_many", [k.remote for k in keys])
             self._l2_merge(keys, found, datas, now, share)
@@ -708,14 +741,12 @@ class Engine:
         # Raw items rather than MemoryStore.get: one clock read for the whole batch instead of
         # one per key. The envelope's own windows lie inside the stored expiry, so checking
         # them checks both.
-        getitem = l1.getitem
         t0 = time.perf_counter()
-        for i, local in enumerate(locals_):
-            try:
-                env = getitem(local).value
-            except KeyError:
+        for i, item in enumerate(l1.get_items(locals_)):
+            if item is None:
                 pending.append(i)
                 continue
+            env = item.value
             ttl = env.ttl
             if ttl is None or now < env.created_at + ttl:
                 fresh[i] = env  # as held: see lookup_lazy on Packed values

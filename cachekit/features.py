@@ -241,6 +241,18 @@ class _Failure:
 
 # One entity to load: (local key, id, full cache key).
 _Item = tuple[Hashable, Any, CacheKey]
+# What one loader call gave to store: (key, value) of each id found, the keys of ids not found.
+_Loaded = tuple[list[tuple[CacheKey, Any]], list[CacheKey]]
+
+
+def _claimed(
+    items: list[_Item], mine: list[Hashable], waits: Mapping[Hashable, Any]
+) -> list[_Item]:
+    """The items whose local keys a claim gave to this request."""
+    if not waits:
+        return items
+    claimed = set(mine)
+    return [it for it in items if it[0] in claimed]
 
 
 class FeatureSet:
@@ -372,13 +384,14 @@ class FeatureSet:
                 f"feature set {self.name!r}: cannot key id {entity_id!r:.60}: {exc}"
             ) from None
 
-    def _key(self, local: Hashable, entity_id: Any) -> CacheKey:
+    def _part(self, local: Hashable, entity_id: Any) -> str:
+        """The entity's part of its shared-tier key."""
         tok: str
         val: Any
         tok, val = local  # type: ignore[misc]
         if tok is self._tok_int:
-            part = f"i{val}"
-        elif (
+            return f"i{val}"
+        if (
             tok is self._tok_str
             and len(val) <= READABLE_ID_MAX
             and val.isascii()
@@ -387,12 +400,26 @@ class FeatureSet:
             and "}" not in val
         ):
             # readable in redis-cli; braces would act as a cluster hash tag
-            part = "s" + val
-        elif tok is self._tok_digest:
-            part = "h" + val
+            return "s" + val
+        if tok is self._tok_digest:
+            return "h" + val
+        return "h" + stable_digest(entity_id)
+
+    def _make_keys(self, locals_: list[Hashable], ids: list[Any]) -> list[CacheKey]:
+        """The full keys of ``ids`` (with their local keys), built as one batch."""
+        tok_int = self._tok_int
+        if all(local[0] is tok_int for local in locals_):  # type: ignore[index]
+            parts = [f"i{i}" for i in ids]  # the common case: int ids
         else:
-            part = "h" + stable_digest(entity_id)
-        return self.engine.make_key("feat", self._kname, part, local)
+            parts = [self._part(lk, i) for lk, i in zip(locals_, ids, strict=True)]
+        return self.engine.make_keys("feat", self._kname, parts, locals_)
+
+    def _keys_at(
+        self, locals_: list[Hashable], ids: list[Any]
+    ) -> Callable[[list[int]], list[CacheKey]]:
+        """``keys_of`` for :meth:`Engine.lookup_lazy`: the full keys of the entries at some
+        indexes of a request."""
+        return lambda idx: self._make_keys([locals_[i] for i in idx], [ids[i] for i in idx])
 
     def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
         """Validated distinct ids in request order, their local keys, and the request size."""
@@ -416,7 +443,7 @@ class FeatureSet:
     def cache_key(self, entity_id: Any) -> str:
         """The shared-tier key of ``entity_id`` (for debugging)."""
         local = self._local_keys([entity_id])[0]
-        return self._key(local, entity_id).remote
+        return self._make_keys([local], [entity_id])[0].remote
 
     # ------------------------------------------------------------------ read path
 
@@ -429,16 +456,19 @@ class FeatureSet:
     ) -> tuple[list[Any], list[int], list[int], list[_Item], list[_Item]]:
         """Values by index, the indexes known absent, the indexes to load and their items, and
         the items to refresh."""
-        vals: list[Any] = [None] * len(fresh)
-        absent: list[int] = []
-        for i, env in enumerate(fresh):
-            if env is not None:
-                if env.version is None:
-                    v = env.value  # L1's own: a mutable value is packed, each caller a copy
-                    vals[i] = v.load() if type(v) is Packed else v
-                else:
-                    vals[i] = _ABSENT
-                    absent.append(i)
+        # L1's own envelopes: a mutable value is packed, each caller gets a copy.
+        packed = Packed
+        vals: list[Any] = [
+            None
+            if env is None
+            else _ABSENT
+            if env.version is not None
+            else env.value.load()
+            if type(env.value) is packed
+            else env.value
+            for env in fresh
+        ]
+        absent = [i for i, v in enumerate(vals) if v is _ABSENT]
         need_idx: list[int] = []
         need: list[_Item] = []
         stale: list[_Item] = []
@@ -510,7 +540,7 @@ class FeatureSet:
         c.unique += len(uids)
         if not uids:
             return FeatureBatch()
-        fresh, rest = yield ("lookup", (locals_, lambda i: self._key(locals_[i], uids[i])))
+        fresh, rest = yield ("lookup", (locals_, self._keys_at(locals_, uids)))
         vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
         if stale:
             yield ("refresh", (stale,))
@@ -557,28 +587,22 @@ class FeatureSet:
 
     def _outcomes(
         self, chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
-    ) -> tuple[dict[Hashable, Any], list[StoreItem]]:
-        """Per-id outcomes of one loader call and the entries to store for them."""
-        resolve = self.engine.resolve_ttl
+    ) -> tuple[dict[Hashable, Any], _Loaded]:
+        """Per-id outcomes of one loader call, and what to store for them (see
+        :meth:`_store_items`)."""
         outcomes: dict[Hashable, Any] = {}
-        store: list[StoreItem] = []
-        loaded = absent = 0
+        hits: list[tuple[CacheKey, Any]] = []
+        misses: list[CacheKey] = []
         for lk, entity_id, key in chunk:
             if failed and entity_id in failed:
                 outcomes[lk] = _Failure(failed[entity_id])
             elif entity_id in found:
-                value = found[entity_id]
-                outcomes[lk] = value
-                store.append((key, value, resolve(self.ttl, self.jitter), self.stale_ttl, None))
-                loaded += 1
+                outcomes[lk] = value = found[entity_id]
+                hits.append((key, value))
             else:
                 outcomes[lk] = _ABSENT
-                absent += 1
-                if self.negative_ttl is not None:
-                    store.append(
-                        (key, None, resolve(self.negative_ttl, self.jitter), 0.0, NEGATIVE_MARK)
-                    )
-        if found and not loaded:
+                misses.append(key)
+        if found and not hits:
             log.warning(
                 "cachekit: feature loader %s returned %d ids, none of them requested "
                 "(ids of another type?)",
@@ -586,10 +610,29 @@ class FeatureSet:
                 len(found),
             )
         c = self._c
-        c.loaded += loaded
-        c.negative_stored += absent
+        c.loaded += len(hits)
+        c.negative_stored += len(misses)
         self.engine.record_misses(len(chunk))
-        return outcomes, store
+        return outcomes, (hits, misses)
+
+    def _store_items(self, loaded: _Loaded) -> list[StoreItem]:
+        """The entries to store for loaded values ``(key, value)`` and for the keys of ids the
+        loader does not know."""
+        hits, misses = loaded
+        resolve = self.engine.resolve_ttls
+        stale_ttl = self.stale_ttl
+        store: list[StoreItem] = [
+            (key, value, ttl, stale_ttl, None)
+            for (key, value), ttl in zip(
+                hits, resolve(self.ttl, self.jitter, len(hits)), strict=True
+            )
+        ]
+        if misses and self.negative_ttl is not None:
+            ttls = resolve(self.negative_ttl, self.jitter, len(misses))
+            store.extend(
+                (key, None, ttl, 0.0, NEGATIVE_MARK) for key, ttl in zip(misses, ttls, strict=True)
+            )
+        return store
 
     def _call_loader(self, ids: list[Any]) -> Any:
         result = self.loader(ids)
@@ -617,10 +660,11 @@ class FeatureSet:
         return result
 
     def _chunk_core(
-        self, chunk: list[_Item], later: list[StoreItem] | None
+        self, chunk: list[_Item], later: list[_Loaded] | None
     ) -> Core[dict[Hashable, Any]]:
         """One loader call (``loader``) and the write-back of what it returned (``store``), or
-        with write-behind its entries added to ``later``."""
+        with write-behind what to write added to ``later`` (its entries are made by the
+        writer, off the request)."""
         ids = [entity_id for _, entity_id, _ in chunk]
         c = self._c
         c.loader_calls += 1
@@ -634,11 +678,13 @@ class FeatureSet:
             raise
         finally:
             self.engine.telemetry.compute.record(time.perf_counter() - t0)
-        outcomes, store = self._outcomes(chunk, found, failed)
+        outcomes, loaded = self._outcomes(chunk, found, failed)
         if later is not None:
-            later.extend(store)
-        elif store:
-            yield ("store", (store,))
+            later.append(loaded)
+        else:
+            store = self._store_items(loaded)
+            if store:
+                yield ("store", (store,))
         return outcomes
 
     def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
@@ -648,16 +694,16 @@ class FeatureSet:
         self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
-            claimed = set(mine)
-            later: list[StoreItem] | None = [] if self.write_behind else None
+            later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split([it for it in items if it[0] in claimed]):
+                for chunk in self._split(_claimed(items, mine, waits)):
                     own.update(drive(self._chunk_core(chunk, later), self._ops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
             if later:
-                self._writer.defer(self._store_then_release, later, flight, mine, dict(own))
+                shared = dict(own) if waits else own  # own is about to take the others' outcomes
+                self._writer.defer(self._store_then_release, later, flight, mine, shared)
             else:
                 self._flights.release(flight, mine, own)
         if waits:
@@ -675,10 +721,9 @@ class FeatureSet:
         self._count_shared(len(waits))
         own: dict[Hashable, Any] = {}
         if mine:
-            claimed = set(mine)
-            later: list[StoreItem] | None = [] if self.write_behind else None
+            later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split([it for it in items if it[0] in claimed]):
+                for chunk in self._split(_claimed(items, mine, waits)):
                     own.update(await adrive(self._chunk_core(chunk, later), self._aops))
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
@@ -702,11 +747,12 @@ class FeatureSet:
         return outcomes
 
     def _store_then_release(
-        self, items: list[StoreItem], flight: Any, mine: list[Hashable], own: dict[Hashable, Any]
+        self, later: list[_Loaded], flight: Any, mine: list[Hashable], own: dict[Hashable, Any]
     ) -> None:
         """Write-behind: store what a load returned, then let its waiters go (until then, a
         request for the same ids waits on the load instead of missing and loading again)."""
         try:
+            items = [item for loaded in later for item in self._store_items(loaded)]
             self.engine.store_many(items, share=not self.copy)
             self._c.written_behind += len(items)
         finally:
@@ -714,13 +760,14 @@ class FeatureSet:
 
     async def _astore_then_release(
         self,
-        items: list[StoreItem],
+        later: list[_Loaded],
         flight: Any,
         mine: list[Hashable],
         own: dict[Hashable, Any],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         try:
+            items = [item for loaded in later for item in self._store_items(loaded)]
             await self.engine.astore_many(items, share=not self.copy)
             self._c.written_behind += len(items)
         finally:
@@ -776,7 +823,7 @@ class FeatureSet:
 
     def _keys(self, ids: Iterable[Any]) -> list[CacheKey]:
         uids, locals_, _ = self._request(ids)
-        return [self._key(lk, i) for lk, i in zip(locals_, uids, strict=True)]
+        return self._make_keys(locals_, uids)
 
     def _prime_items(self, features: Mapping[Any, Any]) -> list[StoreItem]:
         if not isinstance(features, Mapping):
@@ -785,11 +832,12 @@ class FeatureSet:
             )
         entity_ids = list(features)
         locals_ = self._local_keys(entity_ids)
-        keys = [self._key(lk, i) for lk, i in zip(locals_, entity_ids, strict=True)]
-        resolve = self.engine.resolve_ttl
+        keys = self._make_keys(locals_, entity_ids)
+        ttls = self.engine.resolve_ttls(self.ttl, self.jitter, len(keys))
+        stale_ttl = self.stale_ttl
         return [
-            (k, v, resolve(self.ttl, self.jitter), self.stale_ttl, None)
-            for k, v in zip(keys, features.values(), strict=True)
+            (k, v, ttl, stale_ttl, None)
+            for k, v, ttl in zip(keys, features.values(), ttls, strict=True)
         ]
 
     def invalidate(self, ids: Iterable[Any]) -> None:

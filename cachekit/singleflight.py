@@ -75,37 +75,51 @@ class SingleFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._flights: dict[tuple[int, Hashable], Flight] = {}
+        # Claims by scope (0: threads; id(loop): that loop's tasks), then key.
+        self._scopes: dict[int, dict[Hashable, Flight]] = {}
 
     def claim(
         self, keys: Iterable[Hashable], loop: asyncio.AbstractEventLoop | None = None
     ) -> tuple[Flight, list[Hashable], dict[Hashable, Flight]]:
-        """Claim for a new flight every key nobody is working on. Returns the flight, the keys
-        it holds (its caller must do their work, then :meth:`release`) and, for the other keys,
-        the flight holding each."""
+        """Claim for a new flight every key nobody is working on (``keys`` distinct). Returns
+        the flight, the keys it holds (its caller must do their work, then :meth:`release`)
+        and, for the other keys, the flight holding each."""
         scope = 0 if loop is None else id(loop)
         flight = Flight(loop)
+        wanted = keys if isinstance(keys, list) else list(keys)
+        with self._lock:
+            held = self._scopes.get(scope)
+            if held is None:
+                held = self._scopes[scope] = {}
+            if held.keys().isdisjoint(wanted):  # the common case, claimed in one C call
+                held.update(dict.fromkeys(wanted, flight))
+                return flight, wanted, {}
+            return self._claim_each(held, flight, wanted)
+
+    @staticmethod
+    def _claim_each(
+        held: dict[Hashable, Flight], flight: Flight, keys: list[Hashable]
+    ) -> tuple[Flight, list[Hashable], dict[Hashable, Flight]]:
         mine: list[Hashable] = []
         others: dict[Hashable, Flight] = {}
         counted: set[int] = set()
-        with self._lock:
-            flights = self._flights
-            for key in keys:
-                other = flights.get((scope, key))
-                if other is None:
-                    flights[(scope, key)] = flight
-                    mine.append(key)
-                else:
-                    if id(other) not in counted:
-                        counted.add(id(other))
-                        other.waiters += 1
-                    others[key] = other
+        for key in keys:
+            other = held.get(key)
+            if other is None:
+                held[key] = flight
+                mine.append(key)
+            else:
+                if id(other) not in counted:
+                    counted.add(id(other))
+                    other.waiters += 1
+                others[key] = other
         return flight, mine, others
 
     def waiting(self) -> int:
         """How many callers wait on flights in progress (for tests and introspection)."""
         with self._lock:
-            return sum(f.waiters for f in {id(f): f for f in self._flights.values()}.values())
+            flights = {id(f): f for held in self._scopes.values() for f in held.values()}
+        return sum(f.waiters for f in flights.values())
 
     def release(
         self,
@@ -118,9 +132,13 @@ class SingleFlight:
         """Drop ``flight``'s claims on ``keys`` and settle it: later callers start afresh."""
         scope = 0 if loop is None else id(loop)
         with self._lock:
-            for key in keys:
-                if self._flights.get((scope, key)) is flight:
-                    del self._flights[(scope, key)]
+            held = self._scopes.get(scope)
+            if held is not None:
+                for key in keys:
+                    if held.get(key) is flight:
+                        del held[key]
+                if not held:
+                    del self._scopes[scope]
         flight.settle(outcome, error)
 
     def do(self, key: Hashable, fn: Callable[[], T]) -> tuple[T, bool]:

@@ -15,6 +15,7 @@ from cachekit.serialization import Envelope
 
 __all__ = [
     "FAILED",
+    "MISSED",
     "CacheKey",
     "Envelope",
     "Found",
@@ -88,3 +89,8 @@ class Found:
     status: Status
     env: Envelope | None = None
     tier: str | None = None
+
+
+#: What a lookup that found nothing finds. Found values are never changed once made, so every
+#: miss of a batch can be this one object.
+MISSED = Found(Status.MISS)

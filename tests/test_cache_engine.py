@@ -387,6 +387,20 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     assert tier.get_many([key.remote]) == [None]  # ... the shared tier does not
 
 
+def test_batch_keys_and_ttls_match_the_single_forms() -> None:
+    engine = Cache(namespace="ns").engine
+    parts, locals_ = ["a", "b"], [("L", 1), ("L", 2)]
+    assert engine.make_keys("feat", "user@v1", parts, locals_) == [
+        engine.make_key("feat", "user@v1", p, lk) for p, lk in zip(parts, locals_, strict=True)
+    ]
+    assert engine.resolve_ttls(None, 0.0, 3) == [engine.default_ttl] * 3
+    ttls = engine.resolve_ttls(100.0, 0.5, 200)
+    assert len(ttls) == 200 and all(t is not None and 50.0 <= t <= 100.0 for t in ttls)
+    assert len(set(ttls)) > 100  # each entry its own jitter
+    with pytest.raises(ValueError):
+        engine.resolve_ttls(-1.0, 0.0, 2)
+
+
 def test_sync_wrapper_is_the_l1_fast_path() -> None:
     # An L1 hit of a sync decorated function runs one Python function: the engine's fast path
     # itself, with the decorated function's name and docs, not a wrapper calling it.

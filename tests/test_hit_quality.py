@@ -209,6 +209,20 @@ def test_train_verifier_command_reports_errors(tmp_path: Path, capsys: Any) -> N
     assert "train-verifier" in capsys.readouterr().err
 
 
+def test_train_verifier_command_takes_an_embedder(tmp_path: Path, capsys: Any) -> None:
+    from cachekit.cli import main
+
+    pairs = synthetic_pairs(tmp_path / "pairs.jsonl")
+    out = tmp_path / "out"
+    spec = "cachekit.semantic.testing:DeterministicTestEmbedder"
+    assert main(["train-verifier", str(pairs), "--out", str(out), "--embedder", spec]) == 0
+    info = json.loads((out / "verifier.json").read_text())["info"]
+    assert info["embedder"] == DeterministicTestEmbedder().name
+    bad = ["train-verifier", str(pairs), "--out", str(out), "--embedder", "no_such_module:x"]
+    assert main(bad) == 2
+    assert "no_such_module" in capsys.readouterr().err
+
+
 def test_pair_split_is_fixed() -> None:
     parts = [pair_part(f"q{i}", f"c{i}") for i in range(2000)]
     assert parts == [pair_part(f"q{i}", f"c{i}") for i in range(2000)]

@@ -95,3 +95,32 @@ def test_set_many_is_set_of_each() -> None:
         ]  # a evicted (3 entries), c expired
         assert len(store) == 3
     assert one.currsize == many.currsize
+
+
+def test_get_items_reads_a_batch_in_order() -> None:
+    store: MemoryStore[str] = MemoryStore(max_entries=100, max_bytes=2**20)
+    store.set_many([(i, f"v{i}", None, 1) for i in range(0, 40, 2)])  # even keys only
+    for keys in ([0, 1, 2], list(range(40)), [1, 3, 5] * 10 + [4], []):
+        items = store.get_items(keys)
+        # Past a quarter of misses the batch switches to membership tests: same answers.
+        assert [None if it is None else it.value for it in items] == [
+            f"v{k}" if k % 2 == 0 else None for k in keys
+        ]
+
+
+def test_get_items_marks_what_it_found_recently_used() -> None:
+    store: MemoryStore[int] = MemoryStore(max_entries=3, max_bytes=2**20)
+    store.set_many([("a", 1, None, 1), ("b", 2, None, 1), ("c", 3, None, 1)])
+    store.get_items(["a", "x"])  # "a" read: "b" is now the least recently used
+    store.set("d", 4, None)
+    assert store.get("a") == 1 and store.get("b") is None
+
+
+def test_get_items_leaves_expiry_to_the_caller() -> None:
+    now = [1000.0]
+    store: MemoryStore[str] = MemoryStore(clock=lambda: now[0])
+    store.set("k", "v", 5.0)
+    now[0] += 10
+    assert store.get("k") is None
+    (item,) = store.get_items(["k"])
+    assert item is not None and item.expires <= now[0]  # raw: the caller checks freshness
