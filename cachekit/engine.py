@@ -479,13 +479,14 @@ class Engine:
         datas: list[bytes | None] | Any,
         now: float,
         share: bool = False,
-    ) -> None:
-        """Fold one shared-tier read into ``found`` (one entry per key)."""
+    ) -> int:
+        """Fold one shared-tier read into ``found`` (one entry per key); returns how many
+        entries the tier held (0 when the read failed)."""
         if datas is FAILED:
             for i, f in enumerate(found):
                 if f.status is Status.MISS:
                     found[i] = Found(Status.ERROR)
-            return
+            return 0
         fills: list[L1Item] = []
         absent = 0
         for i, data in enumerate(datas):
@@ -500,6 +501,7 @@ class Engine:
             self._remember_locals(
                 [k for k, f in zip(keys, found, strict=True) if f.status is Status.HIT]
             )
+        return len(found) - absent
 
     def _l2_found(
         self,
@@ -721,10 +723,12 @@ class Engine:
             if stale
             else [MISSED] * len(pending)
         )
+        held = 0
         if self.l2 is not None:
             datas = yield ("get_many", [k.remote for k in keys])
-            self._l2_merge(keys, found, datas, now, share)
-        self._count(found)
+            held = self._l2_merge(keys, found, datas, now, share)
+        if stale or held:  # otherwise every entry is MISSED or an error: nothing to count
+            self._count(found)
         return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
 
     def _l1_pass(

@@ -255,6 +255,26 @@ def _claimed(
     return [it for it in items if it[0] in claimed]
 
 
+def _sorted_outcomes(
+    chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
+) -> tuple[dict[Hashable, Any], list[tuple[CacheKey, Any]], list[CacheKey]]:
+    """Per-id outcomes of a load that failed for some ids, the (key, value) of the ids found
+    and the keys of the ids the loader does not know."""
+    outcomes: dict[Hashable, Any] = {}
+    hits: list[tuple[CacheKey, Any]] = []
+    misses: list[CacheKey] = []
+    for lk, entity_id, key in chunk:
+        if entity_id in failed:
+            outcomes[lk] = _Failure(failed[entity_id])
+        elif entity_id in found:
+            outcomes[lk] = value = found[entity_id]
+            hits.append((key, value))
+        else:
+            outcomes[lk] = _ABSENT
+            misses.append(key)
+    return outcomes, hits, misses
+
+
 class FeatureSet:
     """Cached features of one kind of entity (users, items ...). Create with
     :meth:`cachekit.Cache.features`.
@@ -590,18 +610,17 @@ class FeatureSet:
     ) -> tuple[dict[Hashable, Any], _Loaded]:
         """Per-id outcomes of one loader call, and what to store for them (see
         :meth:`_store_items`)."""
-        outcomes: dict[Hashable, Any] = {}
-        hits: list[tuple[CacheKey, Any]] = []
-        misses: list[CacheKey] = []
-        for lk, entity_id, key in chunk:
-            if failed and entity_id in failed:
-                outcomes[lk] = _Failure(failed[entity_id])
-            elif entity_id in found:
-                outcomes[lk] = value = found[entity_id]
-                hits.append((key, value))
-            else:
-                outcomes[lk] = _ABSENT
-                misses.append(key)
+        if failed:
+            outcomes, hits, misses = _sorted_outcomes(chunk, found, failed)
+        else:  # the common case, as comprehensions
+            get = found.get
+            outcomes = {lk: get(entity_id, _ABSENT) for lk, entity_id, _ in chunk}
+            hits = [(key, v) for lk, _, key in chunk if (v := outcomes[lk]) is not _ABSENT]
+            misses = (
+                [key for lk, _, key in chunk if outcomes[lk] is _ABSENT]
+                if len(hits) < len(chunk)
+                else []
+            )
         if found and not hits:
             log.warning(
                 "cachekit: feature loader %s returned %d ids, none of them requested "
