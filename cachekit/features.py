@@ -614,10 +614,11 @@ class FeatureSet:
             outcomes, hits, misses = _sorted_outcomes(chunk, found, failed)
         else:  # the common case, as comprehensions
             get = found.get
-            outcomes = {lk: get(entity_id, _ABSENT) for lk, entity_id, _ in chunk}
-            hits = [(key, v) for lk, _, key in chunk if (v := outcomes[lk]) is not _ABSENT]
+            vals = [get(entity_id, _ABSENT) for _, entity_id, _ in chunk]
+            outcomes = dict(zip([item[0] for item in chunk], vals, strict=True))
+            hits = [(it[2], v) for it, v in zip(chunk, vals, strict=True) if v is not _ABSENT]
             misses = (
-                [key for lk, _, key in chunk if outcomes[lk] is _ABSENT]
+                [it[2] for it, v in zip(chunk, vals, strict=True) if v is _ABSENT]
                 if len(hits) < len(chunk)
                 else []
             )
