@@ -157,8 +157,8 @@ class Bench:
 
         return run
 
-    def b_mget(self) -> Callable[[], Any]:
-        mget, keys = self.redis.mget, self.hot_keys
+    def mget_decode(self, keys: list[str]) -> Callable[[], Any]:
+        mget = self.redis.mget
 
         def run() -> list[Any]:
             return [
@@ -167,17 +167,12 @@ class Bench:
             ]
 
         return run
+
+    def b_mget(self) -> Callable[[], Any]:
+        return self.mget_decode(self.hot_keys)
 
     def b_mget_tenth(self) -> Callable[[], Any]:
-        mget, keys = self.redis.mget, self.hot_keys[: N // 10]
-
-        def run() -> list[Any]:
-            return [
-                msgpack.unpackb(cast(bytes, v)[1:], raw=False, strict_map_key=False)
-                for v in mget(keys)
-            ]
-
-        return run
+        return self.mget_decode(self.hot_keys[: N // 10])
 
     def b_floor_miss(self) -> Callable[[], Any]:
         """The all-miss steps no implementation can skip, and nothing else: each id's L1 key,

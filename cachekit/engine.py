@@ -1110,7 +1110,12 @@ def _loaded(env: Envelope) -> Envelope:
 def _merge_found(
     fresh: list[Envelope | None], rest: dict[int, tuple[CacheKey, Found]]
 ) -> list[Found]:
+    # Callers of lookup_many get Found values of their own: none of them is the shared MISSED.
     return [
-        Found(Status.HIT, _loaded(env), "l1") if env is not None else rest[i][1]
+        Found(Status.HIT, _loaded(env), "l1")
+        if env is not None
+        else Found(Status.MISS)
+        if rest[i][1] is MISSED
+        else rest[i][1]
         for i, env in enumerate(fresh)
     ]

@@ -255,7 +255,7 @@ def _claimed(
     return [it for it in items if it[0] in claimed]
 
 
-def _sorted_outcomes(
+def _outcomes_with_failures(
     chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
 ) -> tuple[dict[Hashable, Any], list[tuple[CacheKey, Any]], list[CacheKey]]:
     """Per-id outcomes of a load that failed for some ids, the (key, value) of the ids found
@@ -611,7 +611,7 @@ class FeatureSet:
         """Per-id outcomes of one loader call, and what to store for them (see
         :meth:`_store_items`)."""
         if failed:
-            outcomes, hits, misses = _sorted_outcomes(chunk, found, failed)
+            outcomes, hits, misses = _outcomes_with_failures(chunk, found, failed)
         else:  # the common case, as comprehensions
             get = found.get
             vals = [get(entity_id, _ABSENT) for _, entity_id, _ in chunk]

@@ -91,6 +91,7 @@ class Found:
     tier: str | None = None
 
 
-#: What a lookup that found nothing finds. Found values are never changed once made, so every
-#: miss of a batch can be this one object.
+#: What a batch lookup that found nothing finds for an entry (:meth:`Engine.lookup_lazy`): the
+#: engine never changes a Found once made, so every miss of a batch is this one object; do not
+#: change it either. (:meth:`Engine.lookup_many` hands out Found values of their own.)
 MISSED = Found(Status.MISS)

@@ -21,6 +21,7 @@ from cachekit import Cache, Status
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.storage.memory import MemoryTier
 from cachekit.testing import ManualClock, wait_until
+from cachekit.types import MISSED
 
 MODES = ["sync", "async"]
 
@@ -378,6 +379,7 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     keys = [reader.make_key("kv", "_", name) for name in ("a", "b")]
     found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
     assert [(f.status, f.tier) for f in found] == [(Status.HIT, "l2"), (Status.MISS, None)]
+    assert found[1] is not MISSED  # the caller's own, not the engine's shared miss
     assert found[0].env is not None and found[0].env.value == "A"
     found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
     assert found[0].tier == "l1"  # the shared read filled L1
