@@ -255,6 +255,15 @@ def _claimed(
     return [it for it in items if it[0] in claimed]
 
 
+def _merged(into: dict[Hashable, Any], more: dict[Hashable, Any]) -> dict[Hashable, Any]:
+    """``into`` updated with ``more``; ``more`` itself when ``into`` is empty (the one-chunk
+    load: no copy of a thousand outcomes)."""
+    if not into:
+        return more
+    into.update(more)
+    return into
+
+
 def _outcomes_with_failures(
     chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
 ) -> tuple[dict[Hashable, Any], list[tuple[CacheKey, Any]], list[CacheKey]]:
@@ -717,7 +726,8 @@ class FeatureSet:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
                 for chunk in self._split(_claimed(items, mine, waits)):
-                    own.update(drive(self._chunk_core(chunk, later), self._ops))
+                    got = drive(self._chunk_core(chunk, later), self._ops)
+                    own = _merged(own, got)
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
@@ -744,7 +754,8 @@ class FeatureSet:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
                 for chunk in self._split(_claimed(items, mine, waits)):
-                    own.update(await adrive(self._chunk_core(chunk, later), self._aops))
+                    got = await adrive(self._chunk_core(chunk, later), self._aops)
+                    own = _merged(own, got)
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
                 raise
