@@ -4,8 +4,8 @@ Mechanisms below it (storage tiers, serializers, the breaker, single-flight, tel
 dumb; entry points above it (the exact decorator, feature sets, the semantic decorator and tier)
 translate their world into these calls:
 
-* keys and TTLs: :meth:`Engine.make_key` (:meth:`~Engine.make_keys`), :meth:`Engine.resolve_ttl`
-  (:meth:`~Engine.resolve_ttls`);
+* keys and TTLs: :meth:`Engine.make_key` (batches: :meth:`~Engine.make_keys`,
+  :meth:`~Engine.make_id_keys`), :meth:`Engine.resolve_ttl` (:meth:`~Engine.resolve_ttls`);
 * reads: :meth:`Engine.lookup_one`, :meth:`Engine.lookup_many`, :meth:`Engine.lookup_lazy`;
 * writes: :meth:`Engine.store_many`, :meth:`Engine.delete_many`;
 * misses: :meth:`Engine.single_flight` (one computation per concurrent miss, counted once),
@@ -262,6 +262,19 @@ class Engine:
             # Only ever shorten: a TTL is a promise about staleness, not a suggestion.
             ttl = ttl * (1.0 - jitter * self.random())
         return ttl
+
+    def make_id_keys(
+        self, kind: str, name: str, tag: str, ids: Iterable[Any], locals_: Iterable[Hashable]
+    ) -> list[CacheKey]:
+        """:meth:`make_keys` where each entry's part is ``tag`` followed by its id as text
+        (``f"{tag}{id}"``), built in one step per key: int ids of a feature set."""
+        version = self._version
+        prefix = f"{self._version_prefix}{version}:{kind}:{name}:{tag}"
+        new = tuple.__new__
+        return [
+            new(CacheKey, (local, f"{prefix}{i}", version))
+            for i, local in zip(ids, locals_, strict=True)
+        ]
 
     def resolve_ttls(self, ttl: float | None, jitter: float, n: int) -> list[float | None]:
         """:meth:`resolve_ttl` for ``n`` entries stored together (each its own jitter)."""

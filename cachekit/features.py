@@ -438,9 +438,9 @@ class FeatureSet:
         """The full keys of ``ids`` (with their local keys), built as one batch."""
         tok_int = self._tok_int
         if all(local[0] is tok_int for local in locals_):  # type: ignore[index]
-            parts = [f"i{i}" for i in ids]  # the common case: int ids
-        else:
-            parts = [self._part(lk, i) for lk, i in zip(locals_, ids, strict=True)]
+            # the common case, int ids: part "i<id>", as _part makes it
+            return self.engine.make_id_keys("feat", self._kname, "i", ids, locals_)
+        parts = [self._part(lk, i) for lk, i in zip(locals_, ids, strict=True)]
         return self.engine.make_keys("feat", self._kname, parts, locals_)
 
     def _keys_at(

@@ -395,6 +395,10 @@ def test_batch_keys_and_ttls_match_the_single_forms() -> None:
     assert engine.make_keys("feat", "user@v1", parts, locals_) == [
         engine.make_key("feat", "user@v1", p, lk) for p, lk in zip(parts, locals_, strict=True)
     ]
+    ids, id_locals = [7, 10**20, -3], [*locals_, ("L", 3)]
+    assert engine.make_id_keys("feat", "user@v1", "i", ids, id_locals) == (
+        engine.make_keys("feat", "user@v1", [f"i{i}" for i in ids], id_locals)
+    )
     assert engine.resolve_ttls(None, 0.0, 3) == [engine.default_ttl] * 3
     ttls = engine.resolve_ttls(100.0, 0.5, 200)
     assert len(ttls) == 200 and all(t is not None and 50.0 <= t <= 100.0 for t in ttls)
