@@ -264,26 +264,6 @@ def _merged(into: dict[Hashable, Any], more: dict[Hashable, Any]) -> dict[Hashab
     return into
 
 
-def _outcomes_with_failures(
-    chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
-) -> tuple[dict[Hashable, Any], list[tuple[CacheKey, Any]], list[CacheKey]]:
-    """Per-id outcomes of a load that failed for some ids, the (key, value) of the ids found
-    and the keys of the ids the loader does not know."""
-    outcomes: dict[Hashable, Any] = {}
-    hits: list[tuple[CacheKey, Any]] = []
-    misses: list[CacheKey] = []
-    for lk, entity_id, key in chunk:
-        if entity_id in failed:
-            outcomes[lk] = _Failure(failed[entity_id])
-        elif entity_id in found:
-            outcomes[lk] = value = found[entity_id]
-            hits.append((key, value))
-        else:
-            outcomes[lk] = _ABSENT
-            misses.append(key)
-    return outcomes, hits, misses
-
-
 class FeatureSet:
     """Cached features of one kind of entity (users, items ...). Create with
     :meth:`cachekit.Cache.features`.
@@ -619,18 +599,16 @@ class FeatureSet:
     ) -> tuple[dict[Hashable, Any], _Loaded]:
         """Per-id outcomes of one loader call, and what to store for them (see
         :meth:`_store_items`)."""
-        if failed:
-            outcomes, hits, misses = _outcomes_with_failures(chunk, found, failed)
-        else:  # the common case, as comprehensions
-            get = found.get
-            vals = [get(entity_id, _ABSENT) for _, entity_id, _ in chunk]
-            outcomes = dict(zip([item[0] for item in chunk], vals, strict=True))
-            hits = [(it[2], v) for it, v in zip(chunk, vals, strict=True) if v is not _ABSENT]
-            misses = (
-                [it[2] for it, v in zip(chunk, vals, strict=True) if v is _ABSENT]
-                if len(hits) < len(chunk)
-                else []
-            )
+        get = found.get
+        vals: list[Any] = (
+            [_Failure(failed[i]) if i in failed else get(i, _ABSENT) for _, i, _ in chunk]
+            if failed
+            else [get(i, _ABSENT) for _, i, _ in chunk]
+        )
+        outcomes = dict(zip([item[0] for item in chunk], vals, strict=True))
+        pairs = list(zip(chunk, vals, strict=True))
+        hits = [(it[2], v) for it, v in pairs if v is not _ABSENT and type(v) is not _Failure]
+        misses = [it[2] for it, v in pairs if v is _ABSENT] if len(hits) < len(chunk) else []
         if found and not hits:
             log.warning(
                 "cachekit: feature loader %s returned %d ids, none of them requested "

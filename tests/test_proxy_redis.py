@@ -147,6 +147,17 @@ def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any, upstream: Fake
         p.stop()
 
 
+def answered_from_cache(p: ProxyProcess, key: str, messages: list[dict[str, str]]) -> bool:
+    """Whether the proxy answers ``messages`` from its cache alone (``only-if-cached``)."""
+    r = httpx.post(
+        p.url + "/v1/chat/completions",
+        json={"model": "gpt-4o-mini", "messages": messages},
+        timeout=10,
+        headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
+    )
+    return r.status_code == 200
+
+
 @pytest.mark.model
 def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
     # The real model with the library's default threshold.
@@ -156,32 +167,10 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
     try:
         messages = [{"role": "user", "content": "How do I reset my password?"}]
         first, _ = chat(client, "", messages=messages)
-        wait_until(
-            lambda: (
-                httpx.post(
-                    p.url + "/v1/chat/completions",
-                    json={"model": "gpt-4o-mini", "messages": messages},
-                    timeout=10,
-                    headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
-                ).status_code
-                == 200
-            ),
-            timeout=30.0,
-        )
+        wait_until(lambda: answered_from_cache(p, key, messages), timeout=30.0)
         para = [{"role": "user", "content": "How can I reset my password?"}]
         # The semantic entry is added after the exact one (its embedding comes first).
-        wait_until(
-            lambda: (
-                httpx.post(
-                    p.url + "/v1/chat/completions",
-                    json={"model": "gpt-4o-mini", "messages": para},
-                    timeout=10,
-                    headers={"authorization": f"Bearer {key}", "cache-control": "only-if-cached"},
-                ).status_code
-                == 200
-            ),
-            timeout=30.0,
-        )
+        wait_until(lambda: answered_from_cache(p, key, para), timeout=30.0)
         got, h = chat(client, "", messages=para)
         assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
         assert float(h["x-cachekit-similarity"]) >= 0.8
