@@ -53,7 +53,16 @@ from cachekit.serialization import (
 from cachekit.singleflight import SingleFlight
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
-from cachekit.types import FAILED, MISSED, CacheKey, Envelope, Found, Status, StoreItem
+from cachekit.types import (
+    FAILED,
+    MISSED,
+    CacheKey,
+    Envelope,
+    Found,
+    LazyFound,
+    Status,
+    StoreItem,
+)
 from cachekit.validation import check_seconds
 
 if TYPE_CHECKING:
@@ -218,6 +227,12 @@ class Engine:
         version = self._version
         remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
         return CacheKey(remote if local is None else local, remote, version)
+
+    def remote_prefix(self, kind: str, name: str) -> str:
+        """What every shared-tier key of ``name``'s ``kind`` entries starts with at the current
+        namespace version: ``remote_prefix(kind, name) + part`` is :meth:`make_key`'s
+        ``remote`` (for batch paths that need only the strings)."""
+        return f"{self._version_prefix}{self._version}:{kind}:{name}:"
 
     def make_keys(
         self, kind: str, name: str, parts: Iterable[str], locals_: Iterable[Hashable]
@@ -487,33 +502,39 @@ class Engine:
 
     def _l2_merge(
         self,
-        keys: Sequence[CacheKey],
-        found: list[Found],
+        lazy: LazyFound,
+        locals_: Sequence[Hashable],
         datas: list[bytes | None] | Any,
         now: float,
         share: bool = False,
     ) -> int:
-        """Fold one shared-tier read into ``found`` (one entry per key); returns how many
-        entries the tier held (0 when the read failed)."""
+        """Fold one shared-tier read of ``lazy.remotes`` into ``lazy.found``; returns how many
+        entries the tier held (0 when the read failed). A full key is made only for an entry
+        the tier held: most of a batch of new ids holds nothing."""
+        found = lazy.found
         if datas is FAILED:
             for i, f in enumerate(found):
                 if f.status is Status.MISS:
                     found[i] = Found(Status.ERROR)
             return 0
-        fills: list[L1Item] = []
-        absent = 0
-        for i, data in enumerate(datas):
-            if data is None:  # most of a batch of new ids: counted, nothing to decode
-                absent += 1
-                continue
-            found[i] = self._l2_found(keys[i], found[i], data, now, share, fills)
+        absent = datas.count(None)
         if absent and self._l2c is not None:
             self._l2c.misses += absent
+        if absent == len(datas):  # the whole batch new: nothing to decode
+            return 0
+        fills: list[L1Item] = []
+        held: list[CacheKey] = []
+        new, version = tuple.__new__, self._version
+        for j, data in enumerate(datas):
+            if data is None:
+                continue
+            key = new(CacheKey, (locals_[lazy.pending[j]], lazy.remotes[j], version))
+            found[j] = self._l2_found(key, found[j], data, now, share, fills)
+            if found[j].status is Status.HIT:
+                held.append(key)
         if fills and self.l1 is not None:
             self.l1.set_many(fills)  # one lock and one clock read for the batch
-            self._remember_locals(
-                [k for k, f in zip(keys, found, strict=True) if f.status is Status.HIT]
-            )
+            self._remember_locals(held)
         return len(found) - absent
 
     def _l2_found(
@@ -671,32 +692,34 @@ class Engine:
     def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found]:
         """What each key finds: one L1 pass, then one shared-tier round trip for the L1 misses."""
         return _merge_found(
-            *self._run(self._lazy_core([k.local for k in keys], self._key_at(keys)))
+            self._run(self._lazy_core([k.local for k in keys], self._remotes_at(keys)))
         )
 
     async def alookup_many(self, keys: Sequence[CacheKey]) -> list[Found]:
         return _merge_found(
-            *await self._arun(self._lazy_core([k.local for k in keys], self._key_at(keys)))
+            await self._arun(self._lazy_core([k.local for k in keys], self._remotes_at(keys)))
         )
 
-    def _key_at(self, keys: Sequence[CacheKey]) -> Callable[[list[int]], Sequence[CacheKey]]:
+    def _remotes_at(self, keys: Sequence[CacheKey]) -> Callable[[list[int]], list[str]]:
         # Called after the lookup's version check: a key built before a bump gets the new version.
-        return lambda idx: self._current([keys[i] for i in idx])
+        return lambda idx: [k.remote for k in self._current([keys[i] for i in idx])]
 
     def lookup_lazy(
         self,
         locals_: Sequence[Hashable],
-        keys_of: Callable[[list[int]], Sequence[CacheKey]],
+        remotes_of: Callable[[list[int]], list[str]],
         *,
         share: bool = False,
-    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
-        """The batch lookup shaped for large batches that are mostly L1 hits (feature sets).
+    ) -> LazyFound:
+        """The batch lookup shaped for large batches (feature sets): mostly L1 hits, or mostly
+        new entries.
 
-        Entries are given by their local keys; ``keys_of(indexes)`` builds the full keys of the
-        entries at those indexes (in that order) and is called once, only for the entries L1
-        cannot answer, and an L1 hit allocates nothing, since at hundreds of entries per call
-        those costs dominate. Returns the fresh L1 envelopes by
-        index (``None`` elsewhere) and, for every other index, its key and what L2 found.
+        Entries are given by their local keys; ``remotes_of(indexes)`` builds the shared-tier
+        keys of the entries at those indexes (in that order, for the current namespace
+        :attr:`version`: it is called after the lookup's version check). It is called once,
+        only for the entries L1 cannot answer; an L1 hit allocates nothing, and an entry the
+        shared tier does not hold costs no full key either, since at hundreds of entries per
+        call those costs dominate. Returns a :class:`~cachekit.types.LazyFound`.
 
         The fresh envelopes are L1's own: a mutable value is held as a
         :class:`~cachekit.serialization.Packed`, whose ``load()`` gives the caller its copy
@@ -707,42 +730,43 @@ class Engine:
         a packed copy (for callers that hand out shared read-only values and keep their entries
         under their own local keys; see :meth:`store_many`).
         """
-        return self._run(self._lazy_core(locals_, keys_of, share))
+        return self._run(self._lazy_core(locals_, remotes_of, share))
 
     async def alookup_lazy(
         self,
         locals_: Sequence[Hashable],
-        keys_of: Callable[[list[int]], Sequence[CacheKey]],
+        remotes_of: Callable[[list[int]], list[str]],
         *,
         share: bool = False,
-    ) -> tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]:
-        return await self._arun(self._lazy_core(locals_, keys_of, share))
+    ) -> LazyFound:
+        return await self._arun(self._lazy_core(locals_, remotes_of, share))
 
     def _lazy_core(
         self,
         locals_: Sequence[Hashable],
-        keys_of: Callable[[list[int]], Sequence[CacheKey]],
+        remotes_of: Callable[[list[int]], list[str]],
         share: bool = False,
-    ) -> Core[tuple[list[Envelope | None], dict[int, tuple[CacheKey, Found]]]]:
+    ) -> Core[LazyFound]:
         now = self.clock()
         if now >= self._next_version_check:
             yield from self._version_core(now)
         fresh, pending, stale = self._l1_pass(locals_, now)
         if not pending:
-            return fresh, {}
-        keys = keys_of(pending)
+            return LazyFound(fresh, pending, [], [], True)
         found = (
             [Found(Status.STALE, stale[i], "l1") if i in stale else MISSED for i in pending]
             if stale
             else [MISSED] * len(pending)
         )
+        lazy = LazyFound(fresh, pending, remotes_of(pending), found, not stale)
         held = 0
         if self.l2 is not None:
-            datas = yield ("get_many", [k.remote for k in keys])
-            held = self._l2_merge(keys, found, datas, now, share)
+            datas = yield ("get_many", lazy.remotes)
+            held = self._l2_merge(lazy, locals_, datas, now, share)
         if stale or held:  # otherwise every entry is MISSED or an error: nothing to count
             self._count(found)
-        return fresh, dict(zip(pending, zip(keys, found, strict=True), strict=True))
+            return lazy._replace(misses_only=False)
+        return lazy
 
     def _l1_pass(
         self, locals_: Sequence[Hashable], now: float
@@ -759,7 +783,11 @@ class Engine:
         # one per key. The envelope's own windows lie inside the stored expiry, so checking
         # them checks both.
         t0 = time.perf_counter()
-        for i, item in enumerate(l1.get_items(locals_)):
+        items = l1.get_items(locals_)
+        if items.count(None) == len(items):  # a batch of new entries: one C-level pass
+            pending = list(range(len(items)))
+            items = []
+        for i, item in enumerate(items):
             if item is None:
                 pending.append(i)
                 continue
@@ -1120,15 +1148,14 @@ def _loaded(env: Envelope) -> Envelope:
     return Envelope(v.load(), env.created_at, env.ttl, env.stale_ttl, env.version)
 
 
-def _merge_found(
-    fresh: list[Envelope | None], rest: dict[int, tuple[CacheKey, Found]]
-) -> list[Found]:
+def _merge_found(lazy: LazyFound) -> list[Found]:
     # Callers of lookup_many get Found values of their own: none of them is the shared MISSED.
+    rest = dict(zip(lazy.pending, lazy.found, strict=True))
     return [
         Found(Status.HIT, _loaded(env), "l1")
         if env is not None
         else Found(Status.MISS)
-        if rest[i][1] is MISSED
-        else rest[i][1]
-        for i, env in enumerate(fresh)
+        if rest[i] is MISSED
+        else rest[i]
+        for i, env in enumerate(lazy.fresh)
     ]

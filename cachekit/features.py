@@ -34,17 +34,17 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachekit.keys import stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.serialization import Packed
 from cachekit.telemetry import LatencyHistogram
-from cachekit.types import CacheKey, Found, Status, StoreItem
+from cachekit.types import CacheKey, Status, StoreItem
 
 if TYPE_CHECKING:
     from cachekit.engine import Engine
-    from cachekit.types import Envelope
+    from cachekit.types import Envelope, LazyFound
 
 __all__ = ["FeatureBatch", "FeatureResult", "FeatureSet", "PartialLoadError"]
 
@@ -58,7 +58,15 @@ NEGATIVE_MARK = "ck:absent"
 #: keys, readable in redis-cli; longer or other ids are digested.
 READABLE_ID_MAX = 100
 
-_ABSENT: Any = object()  # outcome: the loader does not know this id (or a negative entry hit)
+
+class _Absent:
+    """The type of :data:`_ABSENT`, a type of its own so that a batch of outcomes is checked
+    for absent ids with one ``set(map(type, ...))``."""
+
+    __slots__ = ()
+
+
+_ABSENT: Any = _Absent()  # outcome: the loader does not know this id (or a negative entry hit)
 _BAD_NAME_CHARS = frozenset(":@{} \t\n")
 
 
@@ -239,29 +247,40 @@ class _Failure:
         self.error = error
 
 
-# One entity to load: (local key, id, full cache key).
-_Item = tuple[Hashable, Any, CacheKey]
-# What one loader call gave to store: (key, value) of each id found, the keys of ids not found.
-_Loaded = tuple[list[tuple[CacheKey, Any]], list[CacheKey]]
+_NOT_FOUND = (_Absent, _Failure)  # the types of outcomes that store no features
 
 
-def _claimed(
-    items: list[_Item], mine: list[Hashable], waits: Mapping[Hashable, Any]
-) -> list[_Item]:
-    """The items whose local keys a claim gave to this request."""
+class _Todo(NamedTuple):
+    """Entities to load (or refresh): their local keys and ids, in step. Lists, not a tuple per
+    entity: a batch of a thousand new ids goes through the read path without one."""
+
+    locals: list[Hashable]
+    ids: list[Any]
+
+
+# What one loader call gave: its entities and their outcomes, in step.
+_Loaded = tuple[_Todo, list[Any]]
+
+
+def _at(todo: _Todo, idx: list[int]) -> _Todo:
+    """The entities of ``todo`` at ``idx`` (``todo`` itself when that is all of them)."""
+    if len(idx) == len(todo.ids):
+        return todo
+    lks, ids = todo.locals, todo.ids
+    return _Todo([lks[i] for i in idx], [ids[i] for i in idx])
+
+
+def _unclaimed(todo: _Todo, waits: Mapping[Hashable, Any]) -> _Todo:
+    """The entities of ``todo`` no other load holds (``waits``: those that one does)."""
     if not waits:
-        return items
-    claimed = set(mine)
-    return [it for it in items if it[0] in claimed]
+        return todo
+    return _at(todo, [k for k, lk in enumerate(todo.locals) if lk not in waits])
 
 
-def _merged(into: dict[Hashable, Any], more: dict[Hashable, Any]) -> dict[Hashable, Any]:
-    """``into`` updated with ``more``; ``more`` itself when ``into`` is empty (the one-chunk
-    load: no copy of a thousand outcomes)."""
-    if not into:
-        return more
-    into.update(more)
-    return into
+def _in_step(todo: _Todo, outcomes: Mapping[Hashable, Any]) -> list[Any]:
+    """The outcomes of ``todo``'s entities, in step with it."""
+    get = outcomes.get
+    return [get(lk, _ABSENT) for lk in todo.locals]
 
 
 class FeatureSet:
@@ -365,18 +384,20 @@ class FeatureSet:
 
     # ------------------------------------------------------------------ keys
 
-    def _local_keys(self, ids: list[Any]) -> list[Hashable]:
+    def _local_keys(self, ids: list[Any]) -> tuple[list[Hashable], str | None]:
+        """The local keys of ``ids``, and their one token when all ids are of one plain type
+        (ints or strings), else ``None``."""
         types = set(map(type, ids))
         if len(types) == 1:
             tok = self._toks.get(next(iter(types)))
             if tok is not None:  # the common case: all ints or all strings
-                return [(tok, i) for i in ids]
+                return [(tok, i) for i in ids], tok
         toks = self._toks
         out: list[Hashable] = []
         for i in ids:
             tok = toks.get(type(i))
             out.append((tok, i) if tok is not None else (self._tok_digest, self._digest(i)))
-        return out
+        return out, None
 
     def _digest(self, entity_id: Any) -> str:
         try:
@@ -423,15 +444,25 @@ class FeatureSet:
         parts = [self._part(lk, i) for lk, i in zip(locals_, ids, strict=True)]
         return self.engine.make_keys("feat", self._kname, parts, locals_)
 
-    def _keys_at(
-        self, locals_: list[Hashable], ids: list[Any]
-    ) -> Callable[[list[int]], list[CacheKey]]:
-        """``keys_of`` for :meth:`Engine.lookup_lazy`: the full keys of the entries at some
-        indexes of a request."""
-        return lambda idx: self._make_keys([locals_[i] for i in idx], [ids[i] for i in idx])
+    def _remotes_at(
+        self, locals_: list[Hashable], ids: list[Any], tok: str | None
+    ) -> Callable[[list[int]], list[str]]:
+        """``remotes_of`` for :meth:`Engine.lookup_lazy`: the shared-tier keys of the entries
+        at some indexes of a request (``tok``: the request's one token, see _local_keys)."""
 
-    def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int]:
-        """Validated distinct ids in request order, their local keys, and the request size."""
+        def remotes_of(idx: list[int]) -> list[str]:
+            prefix = self.engine.remote_prefix("feat", self._kname)
+            every = len(idx) == len(ids)
+            if tok is self._tok_int:  # the common case, int ids: part "i<id>", as _part makes it
+                return [f"{prefix}i{i}" for i in (ids if every else [ids[i] for i in idx])]
+            part = self._part
+            return [prefix + part(locals_[i], ids[i]) for i in idx]
+
+        return remotes_of
+
+    def _request(self, ids: Iterable[Any]) -> tuple[list[Any], list[Hashable], int, str | None]:
+        """Validated distinct ids in request order, their local keys, the request size and
+        the ids' one token (see _local_keys)."""
         if isinstance(ids, str | bytes):
             raise TypeError(
                 f"feature set {self.name!r}: pass a list of ids, not one {type(ids).__name__}"
@@ -443,29 +474,66 @@ class FeatureSet:
                 f"feature set {self.name!r}: ids must be an iterable of ids, got "
                 f"{type(ids).__qualname__}"
             ) from None
-        locals_ = self._local_keys(seq)
+        locals_, tok = self._local_keys(seq)
+        if tok is not None and len(set(seq)) == len(seq):
+            return seq, locals_, len(seq), tok  # ids of one plain type, all distinct
         distinct = dict(zip(locals_, seq, strict=True))  # typed dedupe, first occurrence order
         if len(distinct) == len(seq):
-            return seq, locals_, len(seq)
-        return list(distinct.values()), list(distinct), len(seq)
+            return seq, locals_, len(seq), tok
+        return list(distinct.values()), list(distinct), len(seq), tok
 
     def cache_key(self, entity_id: Any) -> str:
         """The shared-tier key of ``entity_id`` (for debugging)."""
-        local = self._local_keys([entity_id])[0]
-        return self._make_keys([local], [entity_id])[0].remote
+        locals_, _ = self._local_keys([entity_id])
+        return self._make_keys(locals_, [entity_id])[0].remote
 
     # ------------------------------------------------------------------ read path
 
     def _classify(
-        self,
-        uids: list[Any],
-        locals_: list[Hashable],
-        fresh: list[Envelope | None],
-        rest: dict[int, tuple[CacheKey, Found]],
-    ) -> tuple[list[Any], list[int], list[int], list[_Item], list[_Item]]:
-        """Values by index, the indexes known absent, the indexes to load and their items, and
-        the items to refresh."""
-        # L1's own envelopes: a mutable value is packed, each caller gets a copy.
+        self, uids: list[Any], locals_: list[Hashable], lazy: LazyFound
+    ) -> tuple[list[Any], list[int], list[int], _Todo]:
+        """Values by index, the indexes known absent, the indexes to load, and the entities to
+        refresh."""
+        pending, found = lazy.pending, lazy.found
+        c = self._c
+        c.l1 += len(uids) - len(pending)
+        if len(pending) == len(uids):  # nothing from L1: no envelope to look at
+            vals: list[Any] = [None] * len(uids)
+            absent: list[int] = []
+        else:
+            vals, absent = self._from_l1(lazy.fresh)
+        if lazy.misses_only:  # a batch of new ids: all of them to load
+            c.negative_hits += len(absent)
+            return vals, absent, pending, _Todo([], [])
+        need_idx: list[int] = []
+        stale_idx: list[int] = []
+        l2 = 0
+        for i, f in zip(pending, found, strict=True):
+            env = f.env
+            if env is None or (f.status is not Status.HIT and f.status is not Status.STALE):
+                need_idx.append(i)
+            elif env.version is not None:  # a negative entry: the id does not exist
+                if f.status is Status.HIT:
+                    vals[i] = _ABSENT
+                    absent.append(i)
+                    l2 += 1
+                else:
+                    need_idx.append(i)
+            else:
+                vals[i] = env.value
+                if f.status is Status.HIT:
+                    l2 += 1
+                else:
+                    stale_idx.append(i)
+        c.l2 += l2
+        c.stale += len(stale_idx)
+        c.negative_hits += len(absent)
+        return vals, absent, need_idx, _at(_Todo(locals_, uids), stale_idx)
+
+    @staticmethod
+    def _from_l1(fresh: list[Envelope | None]) -> tuple[list[Any], list[int]]:
+        """Values from L1's own envelopes (``None`` where it had none) and the indexes of its
+        negative entries. A mutable value is packed: each caller gets a copy."""
         packed = Packed
         vals: list[Any] = [
             None
@@ -477,62 +545,49 @@ class FeatureSet:
             else env.value
             for env in fresh
         ]
-        absent = [i for i, v in enumerate(vals) if v is _ABSENT]
-        need_idx: list[int] = []
-        need: list[_Item] = []
-        stale: list[_Item] = []
-        l2 = n_stale = 0
-        for i, (key, found) in rest.items():
-            env = found.env
-            if env is not None and env.version is not None and found.status is Status.HIT:
-                vals[i] = _ABSENT
-                absent.append(i)
-                l2 += 1
-            elif env is not None and env.version is None and found.status is Status.HIT:
-                vals[i] = env.value
-                l2 += 1
-            elif env is not None and env.version is None and found.status is Status.STALE:
-                vals[i] = env.value
-                n_stale += 1
-                stale.append((locals_[i], uids[i], key))
-            else:
-                need_idx.append(i)
-                need.append((locals_[i], uids[i], key))
-        c = self._c
-        c.l1 += len(fresh) - len(rest)
-        c.l2 += l2
-        c.stale += n_stale
-        c.negative_hits += len(absent)
-        return vals, absent, need_idx, need, stale
+        absent = (
+            [i for i, v in enumerate(vals) if v is _ABSENT]
+            if _Absent in set(map(type, vals))
+            else []
+        )
+        return vals, absent
 
     def _finish(
         self,
         uids: list[Any],
-        locals_: list[Hashable],
         vals: list[Any],
         absent: list[int],
         need_idx: list[int],
-        outcomes: dict[Hashable, Any],
+        loaded: list[Any],
         t0: float,
     ) -> FeatureBatch:
+        """The result: ``vals`` by index, with the ``loaded`` outcomes (in step with
+        ``need_idx``) in place; absent and failed ids left out."""
+        kinds = set(map(type, loaded))
         failed: dict[Any, Any] = {}
-        for i in need_idx:
-            out = outcomes.get(locals_[i], _ABSENT)
-            if type(out) is _Failure:
-                failed[uids[i]] = out.error
-                out = _ABSENT
-            vals[i] = out
+        if _Failure in kinds:
+            failed = {
+                uids[i]: v.error
+                for i, v in zip(need_idx, loaded, strict=True)
+                if type(v) is _Failure
+            }
+            loaded = [_ABSENT if type(v) is _Failure else v for v in loaded]
+        if len(need_idx) == len(vals):  # every id loaded: the outcomes are the values
+            vals = loaded
+        else:
+            for i, v in zip(need_idx, loaded, strict=True):
+                vals[i] = v
         batch = FeatureBatch(zip(uids, vals, strict=True))
         if len(batch) != len(vals):
             # ids equal under == but of different types (1, 1.0, True) share a dict slot
             batch = FeatureBatch(
                 (u, v) for u, v in zip(uids, vals, strict=True) if v is not _ABSENT
             )
-        elif absent or failed or need_idx:
+        elif absent or failed or _Absent in kinds:
             for i in absent:
                 del batch[uids[i]]
-            for i in need_idx:
-                if vals[i] is _ABSENT:
+            for i, v in zip(need_idx, loaded, strict=True):
+                if v is _ABSENT:
                     del batch[uids[i]]
         batch.failed = failed
         self._c.failed += len(failed)
@@ -543,18 +598,19 @@ class FeatureSet:
         """The read path, for both forms: one L1 pass and one L2 round trip (``lookup``), a
         background load of stale ids (``refresh``), one load of what is missing (``load``)."""
         t0 = time.perf_counter()
-        uids, locals_, n = self._request(ids)
+        uids, locals_, n, tok = self._request(ids)
         c = self._c
         c.requested += n
         c.unique += len(uids)
         if not uids:
             return FeatureBatch()
-        fresh, rest = yield ("lookup", (locals_, self._keys_at(locals_, uids)))
-        vals, absent, need_idx, need, stale = self._classify(uids, locals_, fresh, rest)
-        if stale:
+        lazy = yield ("lookup", (locals_, self._remotes_at(locals_, uids, tok)))
+        vals, absent, need_idx, stale = self._classify(uids, locals_, lazy)
+        if stale.ids:
             yield ("refresh", (stale,))
-        outcomes = (yield ("load", (need,))) if need else {}
-        return self._finish(uids, locals_, vals, absent, need_idx, outcomes, t0)
+        need = _at(_Todo(locals_, uids), need_idx)
+        loaded = (yield ("load", (need,))) if need_idx else []
+        return self._finish(uids, vals, absent, need_idx, loaded, t0)
 
     def get_many(self, ids: Iterable[Any]) -> FeatureBatch:
         """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
@@ -578,11 +634,12 @@ class FeatureSet:
 
     # ------------------------------------------------------------------ loading
 
-    def _split(self, items: list[_Item]) -> list[list[_Item]]:
+    def _split(self, todo: _Todo) -> list[_Todo]:
         m = self.max_batch
-        if m is None or len(items) <= m:
-            return [items]
-        return [items[k : k + m] for k in range(0, len(items), m)]
+        if m is None or len(todo.ids) <= m:
+            return [todo]
+        lks, ids = todo.locals, todo.ids
+        return [_Todo(lks[k : k + m], ids[k : k + m]) for k in range(0, len(ids), m)]
 
     def _interpret(self, result: Any) -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
         if isinstance(result, FeatureResult):
@@ -595,21 +652,21 @@ class FeatureSet:
         )
 
     def _outcomes(
-        self, chunk: list[_Item], found: Mapping[Any, Any], failed: Mapping[Any, Any]
-    ) -> tuple[dict[Hashable, Any], _Loaded]:
-        """Per-id outcomes of one loader call, and what to store for them (see
-        :meth:`_store_items`)."""
+        self, chunk: _Todo, found: Mapping[Any, Any], failed: Mapping[Any, Any]
+    ) -> list[Any]:
+        """Per-id outcomes of one loader call, in step with ``chunk``: the features,
+        ``_ABSENT`` or a ``_Failure``."""
         get = found.get
         vals: list[Any] = (
-            [_Failure(failed[i]) if i in failed else get(i, _ABSENT) for _, i, _ in chunk]
+            [_Failure(failed[i]) if i in failed else get(i, _ABSENT) for i in chunk.ids]
             if failed
-            else [get(i, _ABSENT) for _, i, _ in chunk]
+            else [get(i, _ABSENT) for i in chunk.ids]
         )
-        outcomes = dict(zip([item[0] for item in chunk], vals, strict=True))
-        pairs = list(zip(chunk, vals, strict=True))
-        hits = [(it[2], v) for it, v in pairs if v is not _ABSENT and type(v) is not _Failure]
-        misses = [it[2] for it, v in pairs if v is _ABSENT] if len(hits) < len(chunk) else []
-        if found and not hits:
+        kinds = set(map(type, vals))
+        n_absent = vals.count(_ABSENT) if _Absent in kinds else 0
+        n_failed = sum(type(v) is _Failure for v in vals) if _Failure in kinds else 0
+        n_hits = len(vals) - n_absent - n_failed
+        if found and not n_hits:
             log.warning(
                 "cachekit: feature loader %s returned %d ids, none of them requested "
                 "(ids of another type?)",
@@ -617,15 +674,17 @@ class FeatureSet:
                 len(found),
             )
         c = self._c
-        c.loaded += len(hits)
-        c.negative_stored += len(misses)
-        self.engine.record_misses(len(chunk))
-        return outcomes, (hits, misses)
+        c.loaded += n_hits
+        c.negative_stored += n_absent
+        self.engine.record_misses(len(vals))
+        return vals
 
     def _store_items(self, loaded: _Loaded) -> list[StoreItem]:
-        """The entries to store for loaded values ``(key, value)`` and for the keys of ids the
-        loader does not know."""
-        hits, misses = loaded
+        """The entries to store for one loader call's outcomes: the features of the ids it
+        found, a negative entry for each id it does not know, nothing for failures."""
+        todo, vals = loaded
+        keys = self._make_keys(todo.locals, todo.ids)
+        hits = [(k, v) for k, v in zip(keys, vals, strict=True) if type(v) not in _NOT_FOUND]
         resolve = self.engine.resolve_ttls
         stale_ttl = self.stale_ttl
         store: list[StoreItem] = [
@@ -634,7 +693,8 @@ class FeatureSet:
                 hits, resolve(self.ttl, self.jitter, len(hits)), strict=True
             )
         ]
-        if misses and self.negative_ttl is not None:
+        if len(hits) < len(keys) and self.negative_ttl is not None:
+            misses = [k for k, v in zip(keys, vals, strict=True) if v is _ABSENT]
             ttls = resolve(self.negative_ttl, self.jitter, len(misses))
             store.extend(
                 (key, None, ttl, 0.0, NEGATIVE_MARK) for key, ttl in zip(misses, ttls, strict=True)
@@ -666,18 +726,15 @@ class FeatureSet:
             result = await result
         return result
 
-    def _chunk_core(
-        self, chunk: list[_Item], later: list[_Loaded] | None
-    ) -> Core[dict[Hashable, Any]]:
+    def _chunk_core(self, chunk: _Todo, later: list[_Loaded] | None) -> Core[list[Any]]:
         """One loader call (``loader``) and the write-back of what it returned (``store``), or
         with write-behind what to write added to ``later`` (its entries are made by the
-        writer, off the request)."""
-        ids = [entity_id for _, entity_id, _ in chunk]
+        writer, off the request). The outcomes, in step with ``chunk``."""
         c = self._c
         c.loader_calls += 1
         t0 = time.perf_counter()
         try:
-            found, failed = self._interpret((yield ("loader", (ids,))))
+            found, failed = self._interpret((yield ("loader", (chunk.ids,))))
         except PartialLoadError as exc:
             found, failed = exc.found, exc.failed
         except BaseException:
@@ -685,102 +742,114 @@ class FeatureSet:
             raise
         finally:
             self.engine.telemetry.compute.record(time.perf_counter() - t0)
-        outcomes, loaded = self._outcomes(chunk, found, failed)
+        vals = self._outcomes(chunk, found, failed)
         if later is not None:
-            later.append(loaded)
+            later.append((chunk, vals))
         else:
-            store = self._store_items(loaded)
+            store = self._store_items((chunk, vals))
             if store:
                 yield ("store", (store,))
-        return outcomes
+        return vals
 
-    def _load(self, items: list[_Item]) -> dict[Hashable, Any]:
-        """Load ``items``: the ids no other thread is loading with one loader call, then wait
-        for the others' loads. Outcomes by local key."""
-        flight, mine, waits = self._flights.claim(item[0] for item in items)
+    def _load(self, todo: _Todo) -> list[Any]:
+        """Load ``todo``: the ids no other thread is loading with one loader call, then wait
+        for the others' loads. The outcomes, in step with ``todo``."""
+        flight, mine, waits = self._flights.claim(todo.locals)
         self._count_shared(len(waits))
-        own: dict[Hashable, Any] = {}
+        own = _unclaimed(todo, waits)
+        vals: list[Any] = []
         if mine:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split(_claimed(items, mine, waits)):
+                for chunk in self._split(own):
                     got = drive(self._chunk_core(chunk, later), self._ops)
-                    own = _merged(own, got)
+                    vals = got if not vals else vals + got  # one chunk: no copy
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
             if later:
-                shared = dict(own) if waits else own  # own is about to take the others' outcomes
-                self._writer.defer(self._store_then_release, later, flight, mine, shared)
+                self._writer.defer(self._store_then_release, later, flight, mine)
             else:
-                self._flights.release(flight, mine, own)
-        if waits:
-            # About to wait on other loads, whose leaders may wait on ours: ours must not wait
-            # for this request to return.
-            self._writer.kick()
-        outcomes = own
+                self._flights.release(flight, mine, dict(zip(own.locals, vals, strict=True)))
+        if not waits:
+            return vals
+        # About to wait on other loads, whose leaders may wait on ours: ours must not wait for
+        # this request to return.
+        self._writer.kick()
+        outcomes = dict(zip(own.locals, vals, strict=True))  # (rare: overlapping requests)
         for lk, other in waits.items():
             outcomes[lk] = other.wait().get(lk, _ABSENT)
-        return outcomes
+        return _in_step(todo, outcomes)
 
-    async def _aload(self, items: list[_Item]) -> dict[Hashable, Any]:
+    async def _aload(self, todo: _Todo) -> list[Any]:
         loop = asyncio.get_running_loop()
-        flight, mine, waits = self._flights.claim((item[0] for item in items), loop)
+        flight, mine, waits = self._flights.claim(todo.locals, loop)
         self._count_shared(len(waits))
-        own: dict[Hashable, Any] = {}
+        own = _unclaimed(todo, waits)
+        vals: list[Any] = []
         if mine:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split(_claimed(items, mine, waits)):
+                for chunk in self._split(own):
                     got = await adrive(self._chunk_core(chunk, later), self._aops)
-                    own = _merged(own, got)
+                    vals = got if not vals else vals + got
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
                 raise
             if later:
-                self._writer.asubmit(self._astore_then_release(later, flight, mine, own, loop))
+                self._writer.asubmit(self._astore_then_release(later, flight, mine, loop))
             else:
-                self._flights.release(flight, mine, own, loop=loop)
-        outcomes = own
-        orphans: list[_Item] = []
-        by_lk = {item[0]: item for item in items}
-        for lk, other in waits.items():
+                outcomes = dict(zip(own.locals, vals, strict=True))
+                self._flights.release(flight, mine, outcomes, loop=loop)
+        if not waits:
+            return vals
+        outcomes = dict(zip(own.locals, vals, strict=True))
+        orphans: list[int] = []
+        for k, lk in enumerate(todo.locals):
+            other = waits.get(lk)
+            if other is None:
+                continue
             try:
                 outcomes[lk] = (await other.await_outcome()).get(lk, _ABSENT)
             except asyncio.CancelledError:
                 if not other.abandoned():
                     raise
-                orphans.append(by_lk[lk])  # its leader was cancelled, not us: load it
+                orphans.append(k)  # its leader was cancelled, not us: load it
         if orphans:
-            outcomes.update(await self._aload(orphans))
-        return outcomes
+            again = _at(todo, orphans)
+            outcomes.update(zip(again.locals, await self._aload(again), strict=True))
+        return _in_step(todo, outcomes)
 
-    def _store_then_release(
-        self, later: list[_Loaded], flight: Any, mine: list[Hashable], own: dict[Hashable, Any]
-    ) -> None:
+    @staticmethod
+    def _outcomes_of(later: list[_Loaded]) -> dict[Hashable, Any]:
+        """What a write-behind load's waiters are told: outcomes by local key."""
+        return {lk: v for todo, vals in later for lk, v in zip(todo.locals, vals, strict=True)}
+
+    def _store_then_release(self, later: list[_Loaded], flight: Any, mine: list[Hashable]) -> None:
         """Write-behind: store what a load returned, then let its waiters go (until then, a
         request for the same ids waits on the load instead of missing and loading again)."""
+        outcomes = self._outcomes_of(later)
         try:
             items = [item for loaded in later for item in self._store_items(loaded)]
             self.engine.store_many(items, share=not self.copy)
             self._c.written_behind += len(items)
         finally:
-            self._flights.release(flight, mine, own)
+            self._flights.release(flight, mine, outcomes)
 
     async def _astore_then_release(
         self,
         later: list[_Loaded],
         flight: Any,
         mine: list[Hashable],
-        own: dict[Hashable, Any],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        outcomes = self._outcomes_of(later)
         try:
             items = [item for loaded in later for item in self._store_items(loaded)]
             await self.engine.astore_many(items, share=not self.copy)
             self._c.written_behind += len(items)
         finally:
-            self._flights.release(flight, mine, own, loop=loop)
+            self._flights.release(flight, mine, outcomes, loop=loop)
 
     def _count_shared(self, n: int) -> None:
         if n:
@@ -789,19 +858,20 @@ class FeatureSet:
 
     # ------------------------------------------------------------------ stale-while-revalidate
 
-    def _claim_refresh(self, stale: list[_Item]) -> list[_Item]:
+    def _claim_refresh(self, stale: _Todo) -> _Todo:
         with self._lock:
-            todo = [item for item in stale if item[0] not in self._refreshing]
-            self._refreshing.update(item[0] for item in todo)
+            refreshing = self._refreshing
+            todo = _at(stale, [k for k, lk in enumerate(stale.locals) if lk not in refreshing])
+            refreshing.update(todo.locals)
         return todo
 
-    def _release_refresh(self, todo: list[_Item]) -> None:
+    def _release_refresh(self, todo: _Todo) -> None:
         with self._lock:
-            self._refreshing.difference_update(item[0] for item in todo)
+            self._refreshing.difference_update(todo.locals)
 
-    def _refresh(self, stale: list[_Item]) -> None:
+    def _refresh(self, stale: _Todo) -> None:
         todo = self._claim_refresh(stale)
-        if not todo:
+        if not todo.ids:
             return
 
         def work() -> None:
@@ -814,9 +884,9 @@ class FeatureSet:
         if not self.engine.refresh_in_background(("feat", self._kname, id(todo)), work):
             self._release_refresh(todo)
 
-    def _arefresh(self, stale: list[_Item]) -> None:
+    def _arefresh(self, stale: _Todo) -> None:
         todo = self._claim_refresh(stale)
-        if not todo:
+        if not todo.ids:
             return
 
         async def work() -> None:
@@ -831,7 +901,7 @@ class FeatureSet:
     # ------------------------------------------------------------------ writes
 
     def _keys(self, ids: Iterable[Any]) -> list[CacheKey]:
-        uids, locals_, _ = self._request(ids)
+        uids, locals_, _, _ = self._request(ids)
         return self._make_keys(locals_, uids)
 
     def _prime_items(self, features: Mapping[Any, Any]) -> list[StoreItem]:
@@ -840,7 +910,7 @@ class FeatureSet:
                 f"prime() takes a dict of id -> features, got {type(features).__qualname__}"
             )
         entity_ids = list(features)
-        locals_ = self._local_keys(entity_ids)
+        locals_, _ = self._local_keys(entity_ids)
         keys = self._make_keys(locals_, entity_ids)
         ttls = self.engine.resolve_ttls(self.ttl, self.jitter, len(keys))
         stale_ttl = self.stale_ttl

@@ -19,6 +19,7 @@ __all__ = [
     "CacheKey",
     "Envelope",
     "Found",
+    "LazyFound",
     "LookupResult",
     "Status",
     "StoreItem",
@@ -89,6 +90,22 @@ class Found:
     status: Status
     env: Envelope | None = None
     tier: str | None = None
+
+
+class LazyFound(NamedTuple):
+    """What :meth:`Engine.lookup_lazy <cachekit.engine.Engine.lookup_lazy>` found for a batch.
+
+    ``fresh``: L1's fresh envelopes by index (``None`` elsewhere). ``pending``: every other
+    index, in order; ``remotes``: their shared-tier keys, and ``found``: what each found (a
+    stale L1 entry, what the shared tier held, a miss or an error), both in step with
+    ``pending``. ``misses_only``: nothing in ``found`` but misses and errors (a batch of new
+    entries: no need to look at each)."""
+
+    fresh: list[Envelope | None]
+    pending: list[int]
+    remotes: list[str]
+    found: list[Found]
+    misses_only: bool
 
 
 #: What a batch lookup that found nothing finds for an entry (:meth:`Engine.lookup_lazy`): the

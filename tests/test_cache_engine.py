@@ -389,6 +389,47 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     assert tier.get_many([key.remote]) == [None]  # ... the shared tier does not
 
 
+def test_lookup_lazy_builds_remote_keys_once_and_only_for_l1_misses(mode: str) -> None:
+    tier = MemoryTier()
+    writer = Cache(l2=tier).engine
+    keys = {n: writer.make_key("kv", "_", n, ("L", n)) for n in "abcd"}
+    items = [(keys["a"], "A", 60.0, 0.0, None), (keys["b"], "B", 60.0, 0.0, None)]
+    run(mode, lambda: writer.store_many(items), lambda: writer.astore_many(items))
+    reader = Cache(l2=tier).engine
+    reader.store_many([(keys["c"], "C", 60.0, 0.0, None)])  # in the reader's L1 (and L2)
+    prefix = reader.remote_prefix("kv", "_")
+    assert prefix + "a" == keys["a"].remote
+    asked: list[list[int]] = []
+
+    def remotes_of(idx: list[int]) -> list[str]:
+        asked.append(idx)
+        return [prefix + "abcd"[i] for i in idx]
+
+    locals_ = [("L", n) for n in "abcd"]
+    lazy = run(
+        mode,
+        lambda: reader.lookup_lazy(locals_, remotes_of),
+        lambda: reader.alookup_lazy(locals_, remotes_of),
+    )
+    assert asked == [[0, 1, 3]]  # once, for what L1 could not answer
+    assert [e is not None for e in lazy.fresh] == [False, False, True, False]
+    assert lazy.pending == [0, 1, 3] and lazy.remotes == [keys[n].remote for n in "abd"]
+    assert [(f.status, f.tier) for f in lazy.found] == [
+        (Status.HIT, "l2"),
+        (Status.HIT, "l2"),
+        (Status.MISS, None),
+    ]
+    assert lazy.found[0].env is not None and lazy.found[0].env.value == "A"
+    assert not lazy.misses_only
+    assert reader.l1_fresh(keys["b"]) is not None  # the shared read filled L1
+    new = run(
+        mode,
+        lambda: reader.lookup_lazy([("L", "x"), ("L", "y")], lambda idx: ["rx", "ry"]),
+        lambda: reader.alookup_lazy([("L", "x"), ("L", "y")], lambda idx: ["rx", "ry"]),
+    )
+    assert new.misses_only and new.found == [MISSED, MISSED] and new.fresh == [None, None]
+
+
 def test_batch_keys_and_ttls_match_the_single_forms() -> None:
     engine = Cache(namespace="ns").engine
     parts, locals_ = ["a", "b"], [("L", 1), ("L", 2)]

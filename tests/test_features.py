@@ -485,8 +485,9 @@ async def test_redis_killed_async(redis_server: RedisServer) -> None:
     assert await users.aget(3) == {"id": 3, "v": 1}
 
 
+@pytest.mark.parametrize("write_behind", [False, True])
 @pytest.mark.parametrize("style", ["result", "raise"])
-def test_partial_loader_failure_is_reported_not_cached(style: str) -> None:
+def test_partial_loader_failure_is_reported_not_cached(style: str, write_behind: bool) -> None:
     calls: list[list[int]] = []
 
     def load(ids: list[int]) -> Any:
@@ -497,10 +498,11 @@ def test_partial_loader_failure_is_reported_not_cached(style: str) -> None:
             raise PartialLoadError(found, failed)
         return FeatureResult(found, failed)
 
-    users = Cache().features("user", loader=load)
+    users = Cache().features("user", loader=load, write_behind=write_behind)
     got = users.get_many([1, 2, 3, 4])
     assert got == {1: 1, 3: 3}
     assert list(got.failed) == [2] and isinstance(got.failed[2], TimeoutError)
+    assert users.flush(10.0)
     again = users.get_many([1, 2, 3, 4])  # 4 is negatively cached, 2 is retried
     assert calls == [[1, 2, 3, 4], [2]]
     assert again == {1: 1, 3: 3} and list(again.failed) == [2]
