@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import threading
 import time
@@ -507,6 +508,30 @@ def test_partial_loader_failure_is_reported_not_cached(style: str, write_behind:
     assert calls == [[1, 2, 3, 4], [2]]
     assert again == {1: 1, 3: 3} and list(again.failed) == [2]
     assert users.stats()["failed"] == 2
+
+
+@pytest.mark.parametrize("write_behind", [False, True])
+def test_loader_answers_of_every_shape_are_read_alike(write_behind: bool) -> None:
+    # A dict holding every id (the one-pass path), a dict with other ids beside some asked
+    # for, and a defaultdict (a Mapping whose [] would invent the ids it lacks).
+    answers: list[Any] = [
+        {1: "a", 2: "b", 3: None},
+        {4: "d", 99: "x", 98: "y"},
+        collections.defaultdict(lambda: "invented", {7: "g"}),
+    ]
+
+    def load(ids: list[int]) -> Any:
+        return answers.pop(0)
+
+    users = Cache().features("user", loader=load, write_behind=write_behind)
+    assert users.get_many([1, 2, 3]) == {1: "a", 2: "b", 3: None}
+    assert users.get_many([4, 5, 6]) == {4: "d"}
+    assert users.get_many([7, 8]) == {7: "g"}
+    assert users.flush(10.0)
+    assert users.stats()["loaded"] == 5 and users.stats()["negative_stored"] == 3
+    # stored as loaded: the next read is all hits, absent ids included
+    assert users.get_many([1, 2, 3, 4, 5, 6, 7, 8]) == {1: "a", 2: "b", 3: None, 4: "d", 7: "g"}
+    assert answers == []
 
 
 def test_loader_exception_propagates_and_nothing_is_cached() -> None:
