@@ -20,6 +20,8 @@ steps no implementation can skip and nothing else (L1 keys, one L1 probe, one ``
 the result dict: a floor under the all-miss rows), and the loader
 called directly with the 1000 ids. The loader is a dict
 lookup with a simulated latency of ``--loader-ms`` per call plus ``--loader-us`` per id.
+A last table splits the write-behind all-miss call and the floor at the loader: median ms
+before the loader is called, in it, and after it returns.
 
 It starts its own redis-server on a free port (never the one on :6379)::
 
@@ -49,6 +51,7 @@ from redis_servers import RedisServer  # noqa: E402
 from cachekit import Cache  # noqa: E402
 
 N = 1000
+FLOOR = "baseline: all misses, the unavoidable steps only"
 
 
 def features_of(i: int) -> dict[str, Any]:
@@ -61,6 +64,7 @@ class Bench:
         self.loader_ms = loader_ms
         self.loader_us = loader_us
         self.next_id = 0
+        self.loader_span = (0.0, 0.0)  # when the last loader call started and returned
         self.loader_calls = 0
         self.store = {i: features_of(i) for i in range(n_ids)}
         opts: dict[str, Any] = dict(redis_url=url, namespace="bench", l1_max_entries=200_000,
@@ -79,10 +83,13 @@ class Bench:
         self.loop = asyncio.new_event_loop()
 
     def load(self, ids: list[int]) -> dict[int, Any]:
+        t0 = time.perf_counter()
         self.loader_calls += 1
         time.sleep(self.loader_ms / 1e3 + self.loader_us / 1e6 * len(ids))
         store = self.store
-        return {i: store[i] for i in ids if i in store}
+        out = {i: store[i] for i in ids if i in store}
+        self.loader_span = (t0, time.perf_counter())
+        return out
 
     def fresh(self, n: int) -> list[int]:
         ids = list(range(self.next_id, self.next_id + n))
@@ -225,10 +232,13 @@ def main() -> None:
             ("baseline: per-id GET loop", b.b_get_loop),
             ("baseline: one MGET + decode", b.b_mget),
             ("baseline: one MGET of 100 keys + decode", b.b_mget_tenth),
-            ("baseline: all misses, the unavoidable steps only", b.b_floor_miss),
+            (FLOOR, b.b_floor_miss),
             ("baseline: loader called directly", b.b_loader),
         ]
         times: dict[str, list[float]] = {name: [] for name, _ in scenarios}
+        # Where an all-miss call's time goes: before the loader, in it, after it.
+        split = ("write_behind: get_many, all misses (loaded)", FLOOR)
+        phases: dict[str, list[tuple[float, float, float]]] = {name: [] for name in split}
         for _, setup in scenarios:  # warm-up: connections, code paths
             setup()()
         for _ in range(args.reps):
@@ -236,7 +246,11 @@ def main() -> None:
                 call = setup()
                 t0 = time.perf_counter()
                 out = call()
-                times[name].append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                times[name].append(t1 - t0)
+                if name in phases:
+                    t_in, t_out = b.loader_span
+                    phases[name].append((t_in - t0, t_out - t_in, t1 - t_out))
                 assert b.behind.flush(10.0)  # untimed: no write runs inside another timing
                 if "get_many" in name:
                     assert len(out) == N and not out.failed, name
@@ -259,6 +273,12 @@ def main() -> None:
             p90 = statistics.quantiles(ts, n=10)[-1] * 1e3 if len(ts) >= 2 else ms
             print(f"| {name} | {ms:.3f} | {p90:.3f} | {loop_ms / ms:.1f}x faster | "
                   f"{ms / mget_ms:.2f}x its time | {loader_ms / ms:.2f}x |")  # fmt: skip
+        print()
+        print("| all misses, medians | ms before the loader | ms in it | ms after it |")
+        print("|---|---:|---:|---:|")
+        for name, spans in phases.items():
+            ms3 = [statistics.median(x[k] for x in spans) * 1e3 for k in range(3)]
+            print(f"| {name} | {ms3[0]:.3f} | {ms3[1]:.3f} | {ms3[2]:.3f} |")
         b.reader.close()
         b.writer.close()
     finally:
