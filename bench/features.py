@@ -21,7 +21,8 @@ the result dict: a floor under the all-miss rows), and the loader
 called directly with the 1000 ids. The loader is a dict
 lookup with a simulated latency of ``--loader-ms`` per call plus ``--loader-us`` per id.
 A last table splits the write-behind all-miss call and the floor at the loader: median ms
-before the loader is called, in it, and after it returns.
+before the loader is called, in it, and after it returns; a last line times copying 1,000
+packed values one ``Packed.load`` each against one ``load_packed`` of them all.
 
 It starts its own redis-server on a free port (never the one on :6379)::
 
@@ -49,6 +50,7 @@ import redis  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 from cachekit import Cache  # noqa: E402
+from cachekit.serialization import MsgpackSerializer, Packed, for_sharing, load_packed  # noqa: E402
 
 N = 1000
 FLOOR = "baseline: all misses, the unavoidable steps only"
@@ -201,6 +203,25 @@ class Bench:
 
         return run
 
+    def copies(self, reps: int) -> tuple[float, float]:
+        """Median ms to copy 1,000 packed feature values as L1 holds them: one ``Packed.load``
+        each, and one :func:`load_packed` of them all (what a get_many of L1 hits does),
+        interleaved, in this process (which by now holds what the scenarios stored)."""
+        serializer = MsgpackSerializer()
+        held = [for_sharing(serializer, self.store[i]) for i in self.hot]
+        one: list[float] = []
+        batch: list[float] = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            a = [v.load() if type(v) is Packed else v for v in held]
+            t1 = time.perf_counter()
+            b = load_packed(held)
+            t2 = time.perf_counter()
+            assert a == b
+            one.append(t1 - t0)
+            batch.append(t2 - t1)
+        return statistics.median(one) * 1e3, statistics.median(batch) * 1e3
+
     def b_loader(self) -> Callable[[], Any]:
         ids = self.fresh(N)
         return lambda: self.load(ids)
@@ -279,6 +300,10 @@ def main() -> None:
         for name, spans in phases.items():
             ms3 = [statistics.median(x[k] for x in spans) * 1e3 for k in range(3)]
             print(f"| {name} | {ms3[0]:.3f} | {ms3[1]:.3f} | {ms3[2]:.3f} |")
+        one, batch = b.copies(200)
+        print()
+        print(f"copies of 1,000 packed values (medians of 200, interleaved): one load each "
+              f"{one:.3f} ms, load_packed {batch:.3f} ms ({batch / one:.2f}x)")  # fmt: skip
         b.reader.close()
         b.writer.close()
     finally:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachekit.keys import stable_digest
 from cachekit.sansio import Core, adrive, drive
-from cachekit.serialization import Packed
+from cachekit.serialization import load_packed
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Status, StoreItem
 
@@ -541,17 +541,12 @@ class FeatureSet:
     def _from_l1(fresh: list[Envelope | None]) -> tuple[list[Any], list[int]]:
         """Values from L1's own envelopes (``None`` where it had none) and the indexes of its
         negative entries. A mutable value is packed: each caller gets a copy."""
-        packed = Packed
-        vals: list[Any] = [
-            None
-            if env is None
-            else _ABSENT
-            if env.version is not None
-            else env.value.load()
-            if type(env.value) is packed
-            else env.value
-            for env in fresh
-        ]
+        vals = load_packed(
+            [
+                None if env is None else _ABSENT if env.version is not None else env.value
+                for env in fresh
+            ]
+        )
         absent = (
             [i for i, v in enumerate(vals) if v is _ABSENT]
             if _Absent in set(map(type, vals))

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -28,6 +29,7 @@ from cachekit.serialization import (
     for_sharing,
     get_serializer,
     is_immutable,
+    load_packed,
     parse_version,
 )
 
@@ -337,6 +339,36 @@ def test_immutable_values_are_shared_and_mutable_ones_copied() -> None:
     assert not is_immutable(tuple(range(20_000)))  # past the walk's bound: copied, not walked
     with pytest.raises(SerializationError):
         for_sharing(s, [object()])
+
+
+@pytest.mark.parametrize("serializer", ["msgpack", "pickle"])
+@pytest.mark.parametrize("n", [3, 40])  # below and above the one-pass batch size
+def test_load_packed_loads_each_packed_value_once_and_leaves_the_rest(
+    serializer: str, n: int
+) -> None:
+    s = get_serializer(serializer)
+    originals: list[Any] = [
+        {"id": i, "emb": [0.5 * i, 1.0], "tags": {"t", i}, "t": (i, [i])} for i in range(n)
+    ]
+    values: list[Any] = [for_sharing(s, v) for v in originals]
+    values[1] = "as is"  # an immutable value held by itself
+    values.append(None)
+    got = load_packed(values)
+    assert got[1] == "as is" and got[-1] is None
+    assert [g for k, g in enumerate(got[:n]) if k != 1] == [
+        v for k, v in enumerate(originals) if k != 1
+    ]
+    got[0]["emb"].append(9.0)  # each call gets its own copy
+    assert load_packed(values)[0]["emb"] == [0.0, 1.0]
+    assert all(type(v) is Packed for k, v in enumerate(values[:n]) if k != 1)  # untouched
+    plain: list[Any] = [1, "a", None]
+    assert load_packed(plain) is plain
+
+
+def test_load_packed_of_two_serializers_loads_each_with_its_own() -> None:
+    a, b = MsgpackSerializer(), MsgpackSerializer()
+    values = [for_sharing(a if i % 2 else b, [i]) for i in range(20)]
+    assert load_packed(values) == [[i] for i in range(20)]
 
 
 def test_signed_entries_bound_to_their_key_refuse_being_moved() -> None:
