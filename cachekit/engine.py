@@ -225,14 +225,17 @@ class Engine:
         by ``name``; ``part`` identifies the entry within it. ``local`` defaults to the remote
         string."""
         version = self._version
-        remote = f"{self._version_prefix}{version}:{kind}:{name}:{part}"
+        remote = self._prefix(version, kind, name) + part
         return CacheKey(remote if local is None else local, remote, version)
+
+    def _prefix(self, version: int, kind: str, name: str) -> str:
+        return f"{self._version_prefix}{version}:{kind}:{name}:"
 
     def remote_prefix(self, kind: str, name: str) -> str:
         """What every shared-tier key of ``name``'s ``kind`` entries starts with at the current
         namespace version: ``remote_prefix(kind, name) + part`` is :meth:`make_key`'s
         ``remote`` (for batch paths that need only the strings)."""
-        return f"{self._version_prefix}{self._version}:{kind}:{name}:"
+        return self._prefix(self._version, kind, name)
 
     def make_keys(
         self, kind: str, name: str, parts: Iterable[str], locals_: Iterable[Hashable]
@@ -240,7 +243,7 @@ class Engine:
         """:meth:`make_key` for many entries of one owner: ``parts`` and their local keys in
         step (one prefix for the batch)."""
         version = self._version
-        prefix = f"{self._version_prefix}{version}:{kind}:{name}:"
+        prefix = self._prefix(version, kind, name)
         new = tuple.__new__  # CacheKey(...) without its Python-level __new__: a third less
         return [
             new(CacheKey, (local, prefix + part, version))
@@ -284,7 +287,7 @@ class Engine:
         """:meth:`make_keys` where each entry's part is ``tag`` followed by its id as text
         (``f"{tag}{id}"``), built in one step per key: int ids of a feature set."""
         version = self._version
-        prefix = f"{self._version_prefix}{version}:{kind}:{name}:{tag}"
+        prefix = self._prefix(version, kind, name) + tag
         new = tuple.__new__
         return [
             new(CacheKey, (local, f"{prefix}{i}", version))
@@ -502,16 +505,18 @@ class Engine:
 
     def _l2_merge(
         self,
-        lazy: LazyFound,
         locals_: Sequence[Hashable],
+        pending: list[int],
+        remotes: list[str],
+        found: list[Found],
         datas: list[bytes | None] | Any,
         now: float,
         share: bool = False,
     ) -> int:
-        """Fold one shared-tier read of ``lazy.remotes`` into ``lazy.found``; returns how many
-        entries the tier held (0 when the read failed). A full key is made only for an entry
-        the tier held: most of a batch of new ids holds nothing."""
-        found = lazy.found
+        """Fold one shared-tier read of ``remotes`` (the entries at ``pending``) into ``found``
+        (in step with both); returns how many entries the tier held (0 when the read failed).
+        A full key is made only for an entry the tier held: most of a batch of new ids holds
+        nothing."""
         if datas is FAILED:
             for i, f in enumerate(found):
                 if f.status is Status.MISS:
@@ -528,7 +533,7 @@ class Engine:
         for j, data in enumerate(datas):
             if data is None:
                 continue
-            key = new(CacheKey, (locals_[lazy.pending[j]], lazy.remotes[j], version))
+            key = new(CacheKey, (locals_[pending[j]], remotes[j], version))
             found[j] = self._l2_found(key, found[j], data, now, share, fills)
             if found[j].status is Status.HIT:
                 held.append(key)
@@ -758,15 +763,15 @@ class Engine:
             if stale
             else [MISSED] * len(pending)
         )
-        lazy = LazyFound(fresh, pending, remotes_of(pending), found, not stale)
+        remotes = remotes_of(pending)
         held = 0
         if self.l2 is not None:
-            datas = yield ("get_many", lazy.remotes)
-            held = self._l2_merge(lazy, locals_, datas, now, share)
-        if stale or held:  # otherwise every entry is MISSED or an error: nothing to count
+            datas = yield ("get_many", remotes)
+            held = self._l2_merge(locals_, pending, remotes, found, datas, now, share)
+        misses_only = not (stale or held)
+        if not misses_only:  # otherwise every entry is MISSED or an error: nothing to count
             self._count(found)
-            return lazy._replace(misses_only=False)
-        return lazy
+        return LazyFound(fresh, pending, remotes, found, misses_only)
 
     def _l1_pass(
         self, locals_: Sequence[Hashable], now: float
