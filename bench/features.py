@@ -24,9 +24,16 @@ A last table splits the write-behind all-miss call and the floor at the loader: 
 before the loader is called, in it, and after it returns; a last line times copying 1,000
 packed values one ``Packed.load`` each against one ``load_packed`` of them all.
 
+By default each round times one call of each scenario, cold: the other scenarios ran in
+between, so caches and the redis-server's core start cold, as for a call that arrives now and
+then. ``--block N`` times N calls of each scenario back to back instead (prepared before the
+block, untimed), as in a loop that serves one request after another; rounds still interleave
+the scenarios.
+
 It starts its own redis-server on a free port (never the one on :6379)::
 
     python bench/features.py --reps 30
+    python bench/features.py --reps 6 --block 5
 """
 
 from __future__ import annotations
@@ -232,13 +239,17 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--loader-ms", type=float, default=2.0)
     ap.add_argument("--loader-us", type=float, default=5.0)
+    ap.add_argument("--block", type=int, default=1, help="calls of a scenario back to back")
     args = ap.parse_args()
+    if args.reps < 1 or args.block < 1:
+        ap.error("--reps and --block must be >= 1")
 
     server = RedisServer().start()
     try:
         # Every repetition takes fresh ids (about 7,300 of them): the feature source holds
         # enough for all of them, and at least 200,000 entries.
-        b = Bench(server.url, args.loader_ms, args.loader_us, max(200_000, (args.reps + 2) * 8 * N))
+        calls = args.reps * args.block
+        b = Bench(server.url, args.loader_ms, args.loader_us, max(200_000, (calls + 2) * 8 * N))
         scenarios: list[tuple[str, Callable[[], Callable[[], Any]]]] = [
             ("get_many, 100% L1 hits", b.s_all_l1),
             ("get_many, 90% L1 hits + 10% L2", b.s_l1_90),
@@ -264,24 +275,25 @@ def main() -> None:
             setup()()
         for _ in range(args.reps):
             for name, setup in scenarios:
-                call = setup()
-                t0 = time.perf_counter()
-                out = call()
-                t1 = time.perf_counter()
-                times[name].append(t1 - t0)
-                if name in phases:
-                    t_in, t_out = b.loader_span
-                    phases[name].append((t_in - t0, t_out - t_in, t1 - t_out))
-                assert b.behind.flush(10.0)  # untimed: no write runs inside another timing
-                if "get_many" in name:
-                    assert len(out) == N and not out.failed, name
+                for call in [setup() for _ in range(args.block)]:
+                    t0 = time.perf_counter()
+                    out = call()
+                    t1 = time.perf_counter()
+                    times[name].append(t1 - t0)
+                    if name in phases:
+                        t_in, t_out = b.loader_span
+                        phases[name].append((t_in - t0, t_out - t_in, t1 - t_out))
+                    assert b.behind.flush(10.0)  # untimed: no write runs inside another timing
+                    if "get_many" in name:
+                        assert len(out) == N and not out.failed, name
         b.loop.close()
 
         med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
         loop_ms = med["baseline: per-id GET loop"]
         mget_ms = med["baseline: one MGET + decode"]
         loader_ms = med["baseline: loader called directly"]
-        print(f"get_many of {N} ids, {args.reps} reps, medians; loader = "
+        mode = "cold, one call per round" if args.block == 1 else f"blocks of {args.block}"
+        print(f"get_many of {N} ids, {args.reps} rounds ({mode}), medians; loader = "
               f"{args.loader_ms:g} ms + {args.loader_us:g} us/id (time.sleep), "
               f"redis-server on loopback")  # fmt: skip
         print()
