@@ -49,6 +49,12 @@ def _event(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
+def _error(status: int, message: str) -> Response:
+    """An OpenAI-style error response."""
+    error = {"message": message, "type": "server_error", "param": None, "code": None}
+    return JSONResponse({"error": error}, status_code=status)
+
+
 class FakeUpstream:
     """The fake server's state and its ASGI app (:attr:`app`)."""
 
@@ -186,73 +192,65 @@ class FakeUpstream:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
+    async def _record(self, request: Request) -> tuple[dict[str, Any], bytes]:
+        """Record ``request`` in :attr:`calls` (after :attr:`latency`); its JSON body and bytes."""
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        self.calls.append(
+            {
+                "path": request.url.path,
+                "method": request.method,
+                "headers": dict(request.headers),
+                "body": body,
+                "raw": raw,
+                "query": request.url.query,
+            }
+        )
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return body, raw
+
+    async def _generate(self, body: dict[str, Any], chat: bool) -> Response:
+        """A completion (chat or legacy), whole or streamed, as the model name asks."""
+        model = body.get("model")
+        if model == "fake-error":
+            return _error(500, "the fake upstream failed on purpose")
+        if model == "fake-slow":
+            await asyncio.sleep(self.slow_s)
+        done = self._completion(body, chat)
+        if not body.get("stream"):
+            if model == "fake-break":
+                return _error(502, "broken")
+            return JSONResponse(done)
+        include = bool((body.get("stream_options") or {}).get("include_usage"))
+        chunks = (
+            self._chunks(done, include)
+            if chat
+            else [{**done, "choices": [c]} for c in done["choices"]]
+        )
+        events = self._events(chunks, broken=model == "fake-break", gated=model == "fake-gated")
+        return StreamingResponse(events, media_type="text/event-stream")
+
+    async def _events(
+        self, chunks: list[dict[str, Any]], *, broken: bool, gated: bool
+    ) -> AsyncIterator[bytes]:
+        """The SSE events of ``chunks`` and ``[DONE]``; ``broken`` breaks off at the fourth,
+        ``gated`` waits for :attr:`gate` before the third."""
+        for k, chunk in enumerate(chunks):
+            if broken and k == 3:
+                raise ConnectionResetError("the fake upstream broke off on purpose")
+            if gated and k == 2:
+                await asyncio.to_thread(self.gate.wait, 30.0)
+            yield _event(chunk)
+            await asyncio.sleep(0)
+        yield b"data: [DONE]\n\n"
+
     def _build(self) -> Any:
         app = FastAPI()
-
-        async def record(request: Request) -> tuple[dict[str, Any], bytes]:
-            raw = await request.body()
-            try:
-                body = json.loads(raw) if raw else {}
-            except ValueError:
-                body = {}
-            self.calls.append(
-                {
-                    "path": request.url.path,
-                    "method": request.method,
-                    "headers": dict(request.headers),
-                    "body": body,
-                    "raw": raw,
-                    "query": request.url.query,
-                }
-            )
-            if self.latency:
-                await asyncio.sleep(self.latency)
-            return body, raw
-
-        def error(status: int, message: str) -> Response:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": message,
-                        "type": "server_error",
-                        "param": None,
-                        "code": None,
-                    }
-                },
-                status_code=status,
-            )
-
-        async def generate(body: dict[str, Any], chat: bool) -> Response:
-            model = body.get("model")
-            if model == "fake-error":
-                return error(500, "the fake upstream failed on purpose")
-            if model == "fake-slow":
-                await asyncio.sleep(self.slow_s)
-            done = self._completion(body, chat)
-            if not body.get("stream"):
-                if model == "fake-break":
-                    return error(502, "broken")
-                return JSONResponse(done)
-            include = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = (
-                self._chunks(done, include)
-                if chat
-                else [{**done, "choices": [c]} for c in done["choices"]]
-            )
-            broken = model == "fake-break"
-            gated = model == "fake-gated"
-
-            async def events() -> AsyncIterator[bytes]:
-                for k, chunk in enumerate(chunks):
-                    if broken and k == 3:
-                        raise ConnectionResetError("the fake upstream broke off on purpose")
-                    if gated and k == 2:
-                        await asyncio.to_thread(self.gate.wait, 30.0)
-                    yield _event(chunk)
-                    await asyncio.sleep(0)
-                yield b"data: [DONE]\n\n"
-
-            return StreamingResponse(events(), media_type="text/event-stream")
+        record, generate = self._record, self._generate
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
@@ -268,7 +266,7 @@ class FakeUpstream:
         async def embeddings(request: Request) -> Response:
             body, _ = await record(request)
             if body.get("model") == "fake-error":
-                return error(500, "the fake upstream failed on purpose")
+                return _error(500, "the fake upstream failed on purpose")
             return JSONResponse(self._embeddings(body))
 
         @app.get("/v1/models")

@@ -169,26 +169,7 @@ def read_batch(
 
     Records come out in input order (the order requests were submitted in)."""
     skipped = Skipped()
-    responses: dict[str, tuple[int, Any, float | None, float | None]] = {}
-    for number, obj in _json_lines(output_path):
-        where = f"{output_path.name}:{number}"
-        try:
-            if isinstance(obj, _Bad):
-                raise obj
-            cid = _require(obj, "custom_id", str)
-            status, body = _split_response(_require(obj, "response", dict))
-            if body is None:
-                raise _Bad(MISSING_FIELD, "response.body")
-            latency = _number(obj.get("latency_ms"))
-            stamp = parse_timestamp(obj.get("timestamp"))
-        except _Bad as bad:
-            skipped.add(bad.reason, where)
-            continue
-        if cid in responses:
-            skipped.add(DUPLICATE_ID, where)
-            continue
-        responses[cid] = (status, body, latency, stamp)
-
+    responses = _batch_responses(output_path, skipped)
     records: list[LogRecord] = []
     seen: set[str] = set()
     for number, obj in _json_lines(input_path):
@@ -225,6 +206,33 @@ def read_batch(
         )
     _account_orphans(output_path, responses, seen, skipped)
     return ParsedLog(records, skipped, "batch")
+
+
+def _batch_responses(
+    output_path: Path, skipped: Skipped
+) -> dict[str, tuple[int, Any, float | None, float | None]]:
+    """A Batch API output file's ``(status, body, latency_ms, timestamp)`` by ``custom_id``;
+    unreadable and duplicate lines go to ``skipped``."""
+    responses: dict[str, tuple[int, Any, float | None, float | None]] = {}
+    for number, obj in _json_lines(output_path):
+        where = f"{output_path.name}:{number}"
+        try:
+            if isinstance(obj, _Bad):
+                raise obj
+            cid = _require(obj, "custom_id", str)
+            status, body = _split_response(_require(obj, "response", dict))
+            if body is None:
+                raise _Bad(MISSING_FIELD, "response.body")
+            latency = _number(obj.get("latency_ms"))
+            stamp = parse_timestamp(obj.get("timestamp"))
+        except _Bad as bad:
+            skipped.add(bad.reason, where)
+            continue
+        if cid in responses:
+            skipped.add(DUPLICATE_ID, where)
+            continue
+        responses[cid] = (status, body, latency, stamp)
+    return responses
 
 
 def _account_orphans(

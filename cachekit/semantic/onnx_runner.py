@@ -91,7 +91,8 @@ class OnnxRunner:
 
 def _unsupported(model: Any) -> str | None:
     """Why ``model`` cannot take the fast path, or ``None`` when it can."""
-    from sentence_transformers.models import Normalize, Pooling, Transformer
+    # The module path of the pinned sentence-transformers 5.7 (`.models` is deprecated there).
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     modules = list(model)
     if len(modules) not in (2, 3) or not isinstance(modules[0], Transformer):
