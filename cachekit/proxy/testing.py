@@ -250,28 +250,27 @@ class FakeUpstream:
 
     def _build(self) -> Any:
         app = FastAPI()
-        record, generate = self._record, self._generate
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
-            body, _ = await record(request)
-            return await generate(body, chat=True)
+            body, _ = await self._record(request)
+            return await self._generate(body, chat=True)
 
         @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
-            body, _ = await record(request)
-            return await generate(body, chat=False)
+            body, _ = await self._record(request)
+            return await self._generate(body, chat=False)
 
         @app.post("/v1/embeddings")
         async def embeddings(request: Request) -> Response:
-            body, _ = await record(request)
+            body, _ = await self._record(request)
             if body.get("model") == "fake-error":
                 return _error(500, "the fake upstream failed on purpose")
             return JSONResponse(self._embeddings(body))
 
         @app.get("/v1/models")
         async def models(request: Request) -> Response:
-            await record(request)
+            await self._record(request)
             return JSONResponse(
                 {
                     "object": "list",
@@ -288,7 +287,7 @@ class FakeUpstream:
 
         @app.api_route("/v1/echo/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
         async def echo(request: Request) -> Response:
-            _, raw = await record(request)
+            _, raw = await self._record(request)
             status = int(request.query_params.get("status", "200"))
             return JSONResponse(
                 {
@@ -304,7 +303,7 @@ class FakeUpstream:
 
         @app.get("/v1/stream-echo")
         async def stream_echo(request: Request) -> Response:
-            await record(request)
+            await self._record(request)
             n = int(request.query_params.get("n", "3"))
 
             async def lines() -> AsyncIterator[bytes]:
