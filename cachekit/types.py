@@ -52,7 +52,10 @@ class Status(str, enum.Enum):
 
 @dataclass(frozen=True)
 class LookupResult:
-    """What a lookup found. ``value`` is meaningful when :attr:`hit` is true."""
+    """What a lookup found. ``value`` is meaningful when :attr:`hit` is true. For a semantic
+    miss, ``similarity`` is the nearest candidate's and ``reason`` why it was not served
+    (``"below threshold 0.910 < 0.92"``, ``"slots: numbers 61 km != 63 km"``, ``"truncated:
+    ..."``)."""
 
     status: Status
     value: Any = None
@@ -61,6 +64,7 @@ class LookupResult:
     age_s: float | None = None
     similarity: float | None = None
     matched_text: str | None = None
+    reason: str | None = None
 
     @property
     def hit(self) -> bool:

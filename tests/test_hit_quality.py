@@ -88,7 +88,8 @@ def cands(*sims: float, texts: Sequence[str] | None = None) -> list[Candidate]:
 def test_threshold_policy_decides_on_candidates() -> None:
     p = ThresholdPolicy(0.9)
     assert p.decide("q", cands(0.95, 0.91)) == Decision(serve=0)
-    assert p.decide("q", cands(0.89, 0.5)) == Decision()
+    miss = p.decide("q", cands(0.89, 0.5))
+    assert miss == Decision() and miss.reason == "below threshold 0.890 < 0.9"
 
 
 def test_accept_only_policies_are_adapted() -> None:
@@ -300,9 +301,11 @@ def test_embedding_comparator() -> None:
 
 
 class Recording:
-    """Serves nothing; explores the nearest candidate; remembers verdicts."""
+    """Serves nothing; explores the nearest candidate; remembers verdicts. Unguarded: these
+    tests are about verdicts, and their texts differ in numbers ("q1", "variant 3")."""
 
     name = "recording"
+    guard = None
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, Candidate, bool]] = []
@@ -425,7 +428,9 @@ def test_failing_comparator_gives_no_verdict() -> None:
 
 
 def test_error_bounded_policy_through_the_cache(closing: Any) -> None:
-    policy = ErrorBoundedPolicy(0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3)
+    policy = ErrorBoundedPolicy(
+        0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3, guard=None
+    )
     answer = make(Cache(), closing, policy, fn=lambda p: "A" if "password" in p else "B")
     for i in range(60):
         answer(f"how do I reset my password variant {i}")
@@ -449,7 +454,9 @@ def test_verified_policy_through_the_cache(closing: Any) -> None:
 def test_error_bounded_policy_learns_from_put(closing: Any) -> None:
     """Entry points that call the model themselves (the proxy, replay) store with ``put``: the
     fresh answer settles the policy's pending checks just as a computed one does."""
-    policy = ErrorBoundedPolicy(0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3)
+    policy = ErrorBoundedPolicy(
+        0.05, rng=random.Random(0), explore_floor=0.0, prefilter=0.3, guard=None
+    )
     answer = make(Cache(), closing, policy, fn=lambda p: "unused")
     for i in range(60):
         for text, value in (

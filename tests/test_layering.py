@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.policy": MECHANISMS,
     "cachekit.semantic.verifier": MECHANISMS,
     "cachekit.semantic.verifier_features": MECHANISMS,
+    "cachekit.semantic.slots": MECHANISMS,
     "cachekit.semantic.error_bounded": MECHANISMS,
     "cachekit.semantic.testing": MECHANISMS,
     "cachekit.engine": ENGINE,

@@ -23,14 +23,22 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy
+from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy, guard_of
+from cachekit.semantic.slots import refusal_kind
 
-__all__ = ["HitArbiter", "VerdictHook", "equal_values", "merged_stats", "report_feedback"]
+__all__ = [
+    "Choice",
+    "HitArbiter",
+    "VerdictHook",
+    "equal_values",
+    "merged_stats",
+    "report_feedback",
+]
 
 log = logging.getLogger("cachekit.semantic")
 
@@ -74,6 +82,14 @@ def equal_values(a: Any, b: Any) -> bool:
         return False
 
 
+class Choice(NamedTuple):
+    """What :meth:`HitArbiter.decide` chose: ``serve``, an index into the live candidates (None:
+    a miss) and, on a miss, ``reason``: why the nearest candidate was not served."""
+
+    serve: int | None
+    reason: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class _Check:
     query: str
@@ -95,6 +111,10 @@ class HitArbiter:
         evict_after: int = 2,
     ) -> None:
         self.policy = policy
+        #: The slot check every candidate passes before the policy sees it (the policy's).
+        self.guard = guard_of(policy)
+        #: Misses by why the nearest candidate was not served (see ``slots.refusal_kind``).
+        self.refusals: Counter[str] = Counter()
         self._decode = decode
         self._evict = evict
         self._capacity = max(1, capacity)
@@ -126,31 +146,61 @@ class HitArbiter:
 
     def choose(self, scope: str, query: str, live: Sequence[tuple[float, _Entry]]) -> int | None:
         """Index into ``live`` of the entry that answers ``query``, or None (a miss)."""
-        offered: list[int] = []
-        cands: list[Candidate] = []
-        with self._lock:
-            for i, (score, entry) in enumerate(live):
-                st = self._stats.get(entry.id, NO_STATS)
-                bar = st.max_refuted_similarity
-                if bar is not None and score <= bar:
-                    continue  # demoted: refuted at this similarity or higher
-                offered.append(i)
-                cands.append(Candidate(entry.id, entry.text, score, st))
+        return self.decide(scope, query, live).serve
+
+    def decide(self, scope: str, query: str, live: Sequence[tuple[float, _Entry]]) -> Choice:
+        """Which entry of ``live`` (best first) answers ``query``, and on a miss why the nearest
+        did not: demoted, refused by the guard (slots, truncated, preamble), or by the policy.
+        Every miss is counted under its reason's kind (:attr:`refusals`)."""
+        offered, cands, first_refusal = self._offer(query, live)
         if not cands:
-            return None
+            return self._refused(first_refusal)
         decision = self.policy.decide(query, cands)
         if decision.serve is not None:
             j = decision.serve
             if not 0 <= j < len(cands):
                 raise IndexError(f"policy chose candidate {j} of {len(cands)}")
-            return offered[j]
+            return Choice(offered[j], None)
         check = decision.explore
         if check is not None and 0 <= check < len(cands):
             self.explorations += 1
             with self._lock:
                 self._pending[(scope, query)] = _Check(query, cands[check], live[offered[check]][1])
                 _trim(self._pending, _PENDING_MAX)
-        return None
+        if first_refusal is None:  # the nearest was offered: the policy's word
+            first_refusal = decision.reason or f"refused by policy {self.policy.name}"
+        return self._refused(first_refusal)
+
+    def _offer(
+        self, query: str, live: Sequence[tuple[float, _Entry]]
+    ) -> tuple[list[int], list[Candidate], str | None]:
+        """The candidates the policy may see (not demoted, passed by the guard), their indexes
+        into ``live``, and why the nearest was held back (None: it was offered)."""
+        offered: list[int] = []
+        cands: list[Candidate] = []
+        why_first: str | None = None
+        guard = self.guard
+        with self._lock:
+            records = [self._stats.get(entry.id, NO_STATS) for _, entry in live]
+        for i, ((score, entry), st) in enumerate(zip(live, records, strict=True)):
+            bar = st.max_refuted_similarity
+            why: str | None
+            if bar is not None and score <= bar:
+                why = f"demoted: refuted at similarity {bar:.3f}"
+            else:
+                why = guard.check(query, entry.text) if guard is not None else None
+            if why is None:
+                offered.append(i)
+                cands.append(Candidate(entry.id, entry.text, score, st))
+            elif i == 0:
+                why_first = why
+        return offered, cands, why_first
+
+    def _refused(self, reason: str | None) -> Choice:
+        kind = refusal_kind(reason) if reason else "policy"
+        with self._lock:
+            self.refusals[kind] += 1
+        return Choice(None, reason)
 
     def served(
         self, key: str | None, scope: str, query: str, entry: _Entry, similarity: float

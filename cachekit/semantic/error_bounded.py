@@ -40,7 +40,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cachekit.semantic.policy import Candidate, Decision
+from cachekit.semantic.policy import Candidate, Decision, below_threshold, check_guard
+from cachekit.semantic.slots import DEFAULT_GUARD, SlotCheck
 from cachekit.semantic.verifier import VerifierModel
 
 if TYPE_CHECKING:
@@ -57,7 +58,9 @@ _COS_CENTRE, _COS_SCALE = 0.85, 20.0
 class ErrorBoundedPolicy:
     """See the module docstring. ``max_error``: the bound delta in (0, 1); ``verifier``: None
     (cosine), True (the packaged verifier model) or a :class:`VerifierModel`; ``comparator``:
-    ``(fresh, stored) -> bool``; ``prefilter``: candidates below this cosine are ignored."""
+    ``(fresh, stored) -> bool``; ``prefilter``: candidates below this cosine are ignored;
+    ``guard``: the slot check candidates pass first (see
+    :class:`~cachekit.semantic.policy.HitPolicy`; None opts out)."""
 
     def __init__(
         self,
@@ -73,7 +76,9 @@ class ErrorBoundedPolicy:
         refit_every: int = 8,
         memory: int = 20_000,
         rng: random.Random | None = None,
+        guard: SlotCheck | None = DEFAULT_GUARD,
     ) -> None:
+        self.guard = check_guard(guard)
         if not 0.0 < max_error < 1.0:
             raise ValueError(f"max_error must be in (0, 1), got {max_error!r}")
         if not 0.0 <= explore_floor <= 1.0:
@@ -137,14 +142,14 @@ class ErrorBoundedPolicy:
         with self._lock:
             self.lookups += 1
         if best is None:
-            return Decision()
+            return below_threshold(candidates[0].similarity, self.prefilter)
         estimate, upper = self.error_bounds(best_z)
         with self._lock:
             if upper > self._affordable():
                 # A miss: the function runs and its answer is checked against the candidate.
-                return Decision(explore=best)
+                return Decision(explore=best, reason=f"error bound {upper:.2f} over budget")
             if self.rng.random() < max(self.explore_floor, self.explore_scale * (upper - estimate)):
-                return Decision(explore=best)
+                return Decision(explore=best, reason="explored: checked against a fresh answer")
             self.spent += upper
             self.served += 1
         return Decision(serve=best)

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from cachekit.semantic.slots import DEFAULT_GUARD, SlotCheck
+
 __all__ = [
+    "DEFAULT_GUARD",
     "DEFAULT_THRESHOLD",
     "AcceptPolicy",
     "AcceptPolicyAdapter",
@@ -32,7 +35,9 @@ __all__ = [
     "Decision",
     "EntryStats",
     "HitPolicy",
+    "SlotCheck",
     "ThresholdPolicy",
+    "guard_of",
     "resolve_policy",
 ]
 
@@ -81,10 +86,13 @@ class Candidate:
 class Decision:
     """``serve``: index of the candidate that answers (None: a miss, the function runs).
     ``explore``: index of a candidate whose answer is compared with the function's fresh one
-    (only meaningful when nothing is served); the outcome reaches ``observe``."""
+    (only meaningful when nothing is served); the outcome reaches ``observe``. ``reason``: on a
+    miss, why the first candidate was not served (shown to users: ``"below threshold 0.91 <
+    0.92"``)."""
 
     serve: int | None = None
     explore: int | None = None
+    reason: str | None = field(default=None, compare=False)  # explains; decides nothing
 
 
 MISS = Decision()
@@ -98,6 +106,12 @@ class HitPolicy(Protocol):
     tier's ``candidates``, 4 by default; never empty). A policy never has to (and cannot) widen
     the scope. ``observe`` is told whether ``candidate``'s answer was right for ``query``; a
     policy that does not learn ignores it.
+
+    Before ``decide`` sees them, candidates pass the policy's ``guard`` (a
+    :class:`~cachekit.semantic.slots.SlotCheck`; see :func:`guard_of`): one whose numbers,
+    polarity, names or identifiers differ from the query's, or whose text is past the embedder's
+    window, is never offered. A policy without a ``guard`` attribute gets
+    :data:`~cachekit.semantic.slots.DEFAULT_GUARD`; ``guard = None`` opts out.
     """
 
     @property
@@ -119,12 +133,16 @@ class AcceptPolicy(Protocol):
 
 
 class ThresholdPolicy:
-    """Accept a neighbour whose similarity is at least ``threshold`` (``0 < threshold <= 1``)."""
+    """Accept a neighbour whose similarity is at least ``threshold`` (``0 < threshold <= 1``)
+    and whose slots match the query's (``guard``, see :class:`HitPolicy`)."""
 
-    __slots__ = ("threshold",)
+    __slots__ = ("guard", "threshold")
 
-    def __init__(self, threshold: float = DEFAULT_THRESHOLD) -> None:
+    def __init__(
+        self, threshold: float = DEFAULT_THRESHOLD, *, guard: SlotCheck | None = DEFAULT_GUARD
+    ) -> None:
         self.threshold = validate_threshold(threshold)
+        self.guard = check_guard(guard)
 
     @property
     def name(self) -> str:
@@ -137,13 +155,19 @@ class ThresholdPolicy:
         for i, c in enumerate(candidates):
             if c.similarity >= self.threshold:
                 return Decision(serve=i)
-        return MISS
+        return below_threshold(candidates[0].similarity, self.threshold) if candidates else MISS
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """A static threshold learns nothing (the tier still demotes refuted entries)."""
 
     def __repr__(self) -> str:
-        return f"ThresholdPolicy({self.threshold!r})"
+        guard = "" if self.guard is DEFAULT_GUARD else f", guard={self.guard!r}"
+        return f"ThresholdPolicy({self.threshold!r}{guard})"
+
+
+def below_threshold(similarity: float, threshold: float) -> Decision:
+    """A miss because the best candidate's similarity is under ``threshold``."""
+    return Decision(reason=f"below threshold {similarity:.3f} < {threshold:g}")
 
 
 class AcceptPolicyAdapter:
@@ -154,6 +178,10 @@ class AcceptPolicyAdapter:
 
     def __init__(self, inner: AcceptPolicy) -> None:
         self.inner = inner
+
+    @property
+    def guard(self) -> SlotCheck | None:
+        return guard_of(self.inner)
 
     @property
     def name(self) -> str:
@@ -184,6 +212,22 @@ def validate_threshold(threshold: object) -> float:
             "1.0 serves only identical embeddings"
         )
     return value
+
+
+def check_guard(guard: object) -> SlotCheck | None:
+    """``guard`` when it is a :class:`SlotCheck` or None; TypeError otherwise."""
+    if guard is not None and not callable(getattr(guard, "check", None)):
+        raise TypeError(
+            "guard must have check(query, candidate) -> str | None (a SlotCheck), or be None; "
+            f"got {type(guard).__name__}"
+        )
+    return guard  # type: ignore[return-value]
+
+
+def guard_of(policy: object) -> SlotCheck | None:
+    """The slot check a policy's candidates pass: its ``guard`` attribute, the default guard
+    when it has none (a policy written before guards existed is guarded too)."""
+    return check_guard(getattr(policy, "guard", DEFAULT_GUARD))
 
 
 def as_hit_policy(policy: object) -> HitPolicy:

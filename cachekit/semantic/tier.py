@@ -145,10 +145,12 @@ class SemanticEntry:
 @dataclass(frozen=True, slots=True)
 class Match:
     """The outcome of one semantic search: ``entry`` is the accepted neighbour (or None) and
-    ``similarity`` its score, or the best rejected score when nothing was accepted."""
+    ``similarity`` its score, or the best rejected score when nothing was accepted; ``reason``,
+    when nothing was, why the nearest was refused (``"slots: numbers 61 != 63"``)."""
 
     similarity: float | None
     entry: SemanticEntry | None
+    reason: str | None = None
 
 
 class SemanticTier:
@@ -375,16 +377,16 @@ class SemanticTier:
         if not live:
             return Match(None, None)
         try:
-            chosen = self.arbiter.choose(scope, text, live)
+            chosen, reason = self.arbiter.decide(scope, text, live)
         except Exception:
             # A failing policy must not answer, nor fail the other callers in the batch.
             self.errors += 1
             log.warning(
                 "cachekit: hit policy %r failed; treated as a miss", self.policy, exc_info=True
             )
-            return Match(live[0][0], None)
+            return Match(live[0][0], None, "policy failed")
         if chosen is None:
-            return Match(live[0][0], None)
+            return Match(live[0][0], None, reason)
         score, entry = live[chosen]
         if entry.shared and len(self._hit_checks) < _HIT_CHECKS_MAX:
             self._hit_checks.add(entry.id)  # confirmed present in the background
@@ -716,6 +718,7 @@ class SemanticTier:
             "model_load_ms": None if self.model_load_s is None else self.model_load_s * 1e3,
             "search_p50_ms": ms(self.search_time, 0.5),
             "search_p99_ms": ms(self.search_time, 0.99),
+            "refusals": dict(self.arbiter.refusals),
             "hit_similarity_p50": sims[len(sims) // 2] if sims else None,
             "hit_similarity_min": self._min_similarity,
             "index_size": len(self._entries),

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachekit.semantic.policy import MISS, Candidate, Decision
+from cachekit.semantic.policy import MISS, Candidate, Decision, check_guard
+from cachekit.semantic.slots import DEFAULT_GUARD, SlotCheck
 from cachekit.semantic.verifier_features import FEATURE_NAMES, pair_features
 
 if TYPE_CHECKING:
@@ -150,7 +151,8 @@ class VerifiedPolicy:
     """Serve the candidate the verifier finds most probable, if its probability is at least
     ``min_probability`` (default: the model's operating point) and its cosine at least
     ``prefilter`` (default: the model's). ``model``: a :class:`VerifierModel`, a path to one, or
-    None for the packaged model."""
+    None for the packaged model. ``guard``: the slot check candidates pass first (see
+    :class:`~cachekit.semantic.policy.HitPolicy`; None opts out)."""
 
     def __init__(
         self,
@@ -158,7 +160,9 @@ class VerifiedPolicy:
         *,
         min_probability: float | None = None,
         prefilter: float | None = None,
+        guard: SlotCheck | None = DEFAULT_GUARD,
     ) -> None:
+        self.guard = check_guard(guard)
         self.model = model if isinstance(model, VerifierModel) else VerifierModel.load(model)
         self.min_probability = (
             self.model.threshold if min_probability is None else float(min_probability)
@@ -182,10 +186,19 @@ class VerifiedPolicy:
 
     def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
         best, best_p = None, self.min_probability
-        for i, p in enumerate(self.scores(query, candidates)):
+        scores = self.scores(query, candidates)
+        for i, p in enumerate(scores):
             if p is not None and p >= best_p:
                 best, best_p = i, p
-        return MISS if best is None else Decision(serve=best)
+        if best is not None:
+            return Decision(serve=best)
+        first = scores[0] if scores else None
+        if first is None:
+            return MISS if not candidates else Decision(reason=self._below_prefilter(candidates))
+        return Decision(reason=f"verifier {first:.2f} < {self.min_probability:.2f}")
+
+    def _below_prefilter(self, candidates: Sequence[Candidate]) -> str:
+        return f"below threshold {candidates[0].similarity:.3f} < {self.prefilter:g}"
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """The verifier is trained offline; verdicts demote entries through the tier."""

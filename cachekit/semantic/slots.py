@@ -1,0 +1,814 @@
+"""The slot guard: a semantic candidate whose *slots* differ from the query's is never served.
+
+An embedding barely moves when two requests differ in a number ("Convert 61 km to miles" /
+"... 63 km ..."), a polarity ("Which foods are gluten-free?" / "... not gluten-free?"), a name
+(France / Germany, numpy / pandas) or the last sentence after a long shared preamble, so no
+similarity threshold separates them. The guard compares what the embedding blurs, per candidate,
+after the similarity search and before the hit policy:
+
+``truncated``
+    Either text is longer than the embedder reads (``window_tokens``, 256 for MiniLM, estimated
+    on the long side): its vector describes a prefix, so a hit would rest on text nobody
+    compared. Long texts are answered by exact entries only.
+``preamble``
+    The texts share ``preamble_words`` or more words at their start and end together and differ
+    in between: the embedding is mostly the shared part, so similarity says little about the part
+    that differs (retrieval-augmented prompts look like this).
+``numbers``
+    The numbers, in order, with the unit attached to each (``5 km``, ``$20``, ``3 pm``): digits,
+    number words and ordinals ("seventeen", "twenty-five", "3rd", "third") and dates in any of
+    the common formats compare as the same value. An ambiguous word ("one", "second", "first")
+    counts only where the other text has that value.
+``negation``
+    An odd number of negations (not, no, never, without, -n't, unable, ...) in one text and an
+    even number in the other.
+``opposites``
+    Both texts name a side of the same opposition (enable/disable, add/remove, increase/decrease,
+    left/right, before/after, benefits/drawbacks, ...) and not the same side.
+``names``
+    Each text names something (a capitalised name inside a sentence, an acronym, a CamelCase
+    word) that the other text does not mention at all, in any case.
+``identifiers``
+    Likewise for identifiers: quoted strings, code identifiers (snake_case, dotted.names,
+    calls()), file names and paths, command-line flags, URLs, emails, and the package named after
+    ``install``/``import`` or before ``library``/``package``/``module``. An identifier in one text
+    only (the other says nothing in its place) counts for URLs, emails, paths and quoted strings.
+
+Every check is symmetric, pure Python and memoised per text, so a stored entry is parsed once:
+a check of a query against four candidates costs tens of microseconds (``bench/semantic_latency.py``
+measures it on a hit). :class:`SlotGuard` is a :class:`SlotCheck`; the hit policies carry one as
+``guard`` (``None`` opts out) and :class:`~cachekit.semantic.arbiter.HitArbiter` asks it about
+every candidate (``docs/hit-quality.md``, "The slot guard").
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "DEFAULT_GUARD",
+    "REFUSAL_KINDS",
+    "SlotCheck",
+    "SlotGuard",
+    "TextSlots",
+    "estimate_tokens",
+    "refusal_kind",
+    "text_slots",
+]
+
+#: What a refusal reason starts with, for telemetry (``refusal_kind``).
+REFUSAL_KINDS = (
+    "truncated",
+    "preamble",
+    "numbers",
+    "negation",
+    "opposites",
+    "names",
+    "identifiers",
+)
+
+
+@runtime_checkable
+class SlotCheck(Protocol):
+    """Asked about each candidate of a lookup: ``None`` lets it through, a string refuses it and
+    says why (shown to users: keep it short, start it with the kind of difference)."""
+
+    def check(self, query: str, candidate: str) -> str | None: ...
+
+
+# ---------------------------------------------------------------------------------- lexicon
+
+_UNITS: dict[str, str] = {}
+for _canon, _forms in {
+    "km": "km kms kilometer kilometers kilometre kilometres",
+    "m": "m meter meters metre metres",
+    "cm": "cm centimeter centimeters centimetre centimetres",
+    "mm": "mm millimeter millimeters millimetre millimetres",
+    "mi": "mi mile miles",
+    "ft": "ft foot feet",
+    "kg": "kg kgs kilogram kilograms kilo kilos",
+    "g": "g gram grams",
+    "lb": "lb lbs pound pounds",
+    "oz": "oz ounce ounces",
+    "l": "l liter liters litre litres",
+    "ml": "ml milliliter milliliters millilitre millilitres",
+    "s": "s sec secs second seconds",
+    "ms": "ms millisecond milliseconds",
+    "min": "min mins minute minutes",
+    "h": "h hr hrs hour hours",
+    "day": "day days",
+    "week": "week weeks",
+    "month": "month months",
+    "year": "year years yr yrs",
+    "b": "byte bytes",
+    "kb": "kb kib kilobyte kilobytes",
+    "mb": "mb mib megabyte megabytes",
+    "gb": "gb gib gigabyte gigabytes",
+    "tb": "tb tib terabyte terabytes",
+    "%": "% percent pct",
+    "deg": "degree degrees °",
+    "c": "c celsius °c",
+    "f": "f fahrenheit °f",
+    "usd": "$ usd dollar dollars bucks",
+    "eur": "€ eur euro euros",
+    "gbp": "£ gbp",
+    "am": "am a.m.",
+    "pm": "pm p.m.",
+    "x": "x times",
+    "px": "px pixel pixels",
+    "mph": "mph",
+    "kmh": "kmh kph km/h",
+    "hz": "hz hertz",
+    "ghz": "ghz",
+    "mhz": "mhz",
+    "w": "w watt watts",
+    "kw": "kw kilowatt kilowatts",
+    "v": "v volt volts",
+    "cal": "cal calorie calories kcal",
+    "core": "core cores",
+    "gpu": "gpu gpus",
+    "thread": "thread threads",
+    "token": "token tokens",
+    "char": "character characters char chars",
+    "word": "word words",
+    "page": "page pages",
+}.items():
+    for _form in _forms.split():
+        _UNITS[_form] = _canon
+
+_SMALL = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen".split()
+    )
+}
+_TENS = {
+    w: 10 * i
+    for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split())
+    if w != "_"
+}
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+_ORDINALS = {
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+    "eleventh": 11,
+    "twelfth": 12,
+    "thirteenth": 13,
+    "fourteenth": 14,
+    "fifteenth": 15,
+    "sixteenth": 16,
+    "seventeenth": 17,
+    "eighteenth": 18,
+    "nineteenth": 19,
+    "twentieth": 20,
+    "thirtieth": 30,
+    "fortieth": 40,
+    "fiftieth": 50,
+    "sixtieth": 60,
+    "seventieth": 70,
+    "eightieth": 80,
+    "ninetieth": 90,
+    "hundredth": 100,
+    "thousandth": 1000,
+}
+_NUMBER_WORDS = set(_SMALL) | set(_TENS) | set(_SCALES) | set(_ORDINALS) | {"dozen"}
+#: Number words that are as often not numbers ("which one", "wait a second", "first, ...").
+_AMBIGUOUS = frozenset({"one", "first", "second"})
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        "january february march april may june july august september october november "
+        "december".split()
+    )
+}
+_MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())} | {"sept": 9})
+
+_NEGATIONS = frozenset(
+    "not no never none nothing nobody nowhere neither nor without cannot unable "
+    "dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt cant havent "
+    "hasnt hadnt mustnt neednt aint shant".split()
+)
+
+#: Oppositions: each line is one axis, its two sides separated by ``|``. Inflections (-s, -es,
+#: -ed, -d, -ing, -er, -est) are added.
+_OPPOSITIONS = """
+enable activate | disable deactivate
+add insert append | remove
+create | delete destroy
+increase raise boost | decrease reduce lower
+left | right
+before prior | after
+benefit advantage pro upside merit | drawback disadvantage con downside
+upload | download
+import | export
+encrypt | decrypt
+encode | decode
+compress zip | decompress unzip
+serialize | deserialize
+lock | unlock
+mount | unmount
+install | uninstall
+connect | disconnect
+show | hide
+include | exclude
+allow permit | deny block forbid
+accept | reject
+buy purchase | sell
+push | pull
+read | write
+input | output
+client | server
+start | stop
+open | close
+win | lose
+gain | lose
+maximum max | minimum min
+high higher highest | low lower lowest
+more | less fewer
+most | least
+best | worst
+better | worse
+fast faster fastest | slow slower slowest
+hot | cold
+big bigger large larger | small smaller
+long longer | short shorter
+young | old
+first | last
+above | below
+over | under
+inside | outside
+north | south
+east | west
+male men man | female women woman
+true | false
+positive | negative
+legal | illegal
+possible | impossible
+safe | unsafe dangerous
+healthy | unhealthy
+cheap cheaper | expensive
+rich | poor
+strong | weak
+light | dark
+day | night
+summer | winter
+rise | fall
+love | hate
+agree | disagree
+visible | hidden invisible
+public | private
+sync synchronous | async asynchronous
+horizontal | vertical
+ascending asc | descending desc
+uppercase | lowercase
+internal | external
+local | remote
+inbound | outbound
+upstream | downstream
+earlier | later
+past | future
+yesterday | tomorrow
+morning | evening
+include | omit
+success succeed | failure fail
+valid | invalid
+online | offline
+"""
+
+
+def _inflections(word: str) -> set[str]:
+    forms = {word, word + "s", word + "es", word + "ed", word + "ing", word + "er", word + "est"}
+    if word.endswith("e"):
+        forms |= {word + "d", word[:-1] + "ing", word + "r", word + "st"}
+    if word.endswith("y"):
+        forms |= {word[:-1] + "ies", word[:-1] + "ied"}
+    return forms
+
+
+def _build_poles() -> dict[str, tuple[tuple[int, int], ...]]:
+    poles: dict[str, set[tuple[int, int]]] = {}
+    for axis, line in enumerate(x for x in _OPPOSITIONS.strip().splitlines() if x.strip()):
+        for side, words in enumerate(line.split("|")):
+            for word in words.split():
+                for form in _inflections(word):
+                    poles.setdefault(form, set()).add((axis, side))
+    return {w: tuple(sorted(p)) for w, p in poles.items()}
+
+
+_POLES = _build_poles()
+_AXIS_NAMES = [
+    line.split("|")[0].split()[0] + "/" + line.split("|")[1].split()[0]
+    for line in _OPPOSITIONS.strip().splitlines()
+    if line.strip()
+]
+
+# Words that read as a name when capitalised inside a sentence but are not one.
+_NOT_NAMES = frozenset("i i'm i've i'd i'll ok okay".split())
+_CUE_BEFORE = frozenset(
+    "install uninstall import require upgrade add".split()
+)  # "pip install NAME", "import NAME"
+_CUE_AFTER = frozenset(
+    "library libraries package packages module modules crate crates gem gems plugin plugins "
+    "extension extensions framework frameworks".split()
+)
+_CUES = _CUE_BEFORE | _CUE_AFTER
+_ARTICLES = frozenset("the a an my your our their this that it its python".split())
+
+# ---------------------------------------------------------------------------------- parsing
+
+_URL = r"(?:https?://|www\.)[^\s<>\"'`]+"
+_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+_QUOTED = r"`[^`\n]{1,200}`|(?<![\w'])\"[^\"\n]{1,200}\"|(?<![\w])'[^'\n]{1,200}'(?![\w])"
+_PATH = r"(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\[^\s]+"
+_FLAG = r"(?<![\w-])--?[A-Za-z][\w-]*"
+_FILE = (
+    r"\b[\w-]+\.(?:py|js|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|txt|md|csv|html|css|sh|rs|go"
+    r"|java|c|h|cpp|rb|php|sql|lock|env|xml|log)\b"
+)
+_CALL = r"\b[A-Za-z_][\w.]*\(\)"
+_DOTTED = r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"
+_SNAKE = r"\b[A-Za-z]\w*_\w+\b"
+_CAMEL = r"\b[a-z]+[A-Z]\w*\b"
+_NOT_DOTTED = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m", "u.s", "u.k"})
+_DOT_GATE = re.compile(r"\w\.\w|\(\)")
+_CAMEL_GATE = re.compile(r"[a-z][A-Z]")
+
+
+def _gated(text: str) -> Iterator[tuple[str, bool]]:
+    """``(pattern, counts one-sided)`` for each identifier pattern whose characters the text
+    has at all: most texts have none, and one pass per pattern is cheaper than one alternation."""
+    if "://" in text or "www." in text:
+        yield _URL, True
+    if "@" in text:
+        yield _EMAIL, True
+    if "`" in text or '"' in text or " '" in text or text.startswith("'"):
+        yield _QUOTED, True
+    if "/" in text or "\\" in text:
+        yield _PATH, True
+    if " -" in text or text.startswith("-"):
+        yield _FLAG, False
+    if _DOT_GATE.search(text):
+        yield _FILE, False
+        yield _CALL, False
+        yield _DOTTED, False
+    if "_" in text:
+        yield _SNAKE, False
+    if _CAMEL_GATE.search(text):
+        yield _CAMEL, False
+
+
+_DATE_ISO = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+_DATE_SLASH = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{2,4})\b")
+_MONTH_NAMES = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_DATE_MDY = re.compile(
+    rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE
+)
+_DATE_DMY = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_NAMES})\.?(?:,?\s+(\d{{4}}))?\b",
+    re.IGNORECASE,
+)
+_NUM = re.compile(
+    r"(?P<cur>[$€£])?\s?(?P<num>\d+(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)*)"
+    r"(?P<suffix>st|nd|rd|th|k|m|bn|b)?\b(?P<pct>\s?%)?"
+)
+_DIGIT = re.compile(r"\d")
+_WORDISH = re.compile(r"[a-z]+(?:'[a-z]+)?|[$€£%°]")
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # curly apostrophes are folded first
+_CAP_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'&-]*")
+_SENTENCE_END = frozenset(".?!:;\n\"'(`*#>-[")
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    value: str
+    unit: str | None
+    weak: bool  # an ambiguous word ("one", "second"): counts only if the other text has it
+
+
+@dataclass(frozen=True, slots=True)
+class TextSlots:
+    """The slots of one text (see the module docstring), computed once per text."""
+
+    words: tuple[str, ...]
+    tokens: frozenset[str]
+    lowered: str
+    numbers: tuple[Number, ...]
+    negations: int
+    poles: frozenset[tuple[int, int]]
+    names: frozenset[str]
+    identifiers: frozenset[str]
+    anchored: frozenset[str]  # identifiers that count one-sided (URLs, emails, paths, quotes)
+
+    @property
+    def strong_values(self) -> frozenset[str]:
+        return frozenset(n.value for n in self.numbers if not n.weak)
+
+
+def _canon_number(raw: str, suffix: str | None) -> str:
+    digits = raw.replace(",", "")
+    if digits.count(".") > 1:
+        return digits  # a version: 3.11.2
+    if "." in digits:
+        whole, frac = digits.split(".")
+        digits = f"{int(whole)}.{frac}" if frac.strip("0") else str(int(whole))
+    else:
+        digits = str(int(digits))
+    scale = {"k": 1_000, "m": 1_000_000, "b": 1_000_000_000, "bn": 1_000_000_000}.get(
+        (suffix or "").lower()
+    )
+    if scale and "." not in digits:
+        return str(int(digits) * scale)
+    if scale:
+        return str(float(digits) * scale).removesuffix(".0")
+    return digits
+
+
+def _dates(text: str) -> tuple[str, list[tuple[int, int, str]]]:
+    """Dates replaced by one canonical token each (so "March 3, 2024" and "2024-03-03" agree);
+    returns the text with dates blanked and ``(start, end, value)`` of each."""
+    found: list[tuple[int, int, str]] = []
+
+    def iso(m: re.Match[str]) -> str:
+        return f"{int(m[1])}-{int(m[2]):02d}-{int(m[3]):02d}"
+
+    def slash(m: re.Match[str]) -> str:
+        year = int(m[3]) + (2000 if len(m[3]) == 2 else 0)
+        return f"{year}-{int(m[1]):02d}-{int(m[2]):02d}"
+
+    def mdy(m: re.Match[str]) -> str:
+        month = _MONTHS[m[1].lower()]
+        return f"{m[3] or '?'}-{month:02d}-{int(m[2]):02d}"
+
+    def dmy(m: re.Match[str]) -> str:
+        month = _MONTHS[m[2].lower()]
+        return f"{m[3] or '?'}-{month:02d}-{int(m[1]):02d}"
+
+    for pattern, fmt in (
+        (_DATE_ISO, iso),
+        (_DATE_SLASH, slash),
+        (_DATE_MDY, mdy),
+        (_DATE_DMY, dmy),
+    ):
+        for m in pattern.finditer(text):
+            if m[0][:3].lower() == "may" and m[0][:1] == "m" and pattern is _DATE_MDY:
+                continue  # "may 5 people ..." is a verb; a lower-case month is rare otherwise
+            try:
+                found.append((m.start(), m.end(), "date:" + fmt(m)))
+            except (ValueError, KeyError):
+                continue
+            text = text[: m.start()] + " " * (m.end() - m.start()) + text[m.end() :]
+    return text, found
+
+
+def _unit_after(text: str, end: int) -> str | None:
+    m = _WORDISH.match(text, end) or _WORDISH.match(
+        text, end + 1 if text[end : end + 1] == " " else end
+    )
+    if m is None or m.start() - end > 1:
+        return None
+    word = m.group(0)
+    if word in ("a", "p") and text[m.end() : m.end() + 2] in (".m", "m."):
+        return "am" if word == "a" else "pm"
+    return _UNITS.get(word)
+
+
+def _digit_numbers(text: str) -> list[tuple[int, Number]]:
+    out = []
+    for m in _NUM.finditer(text):
+        suffix = m["suffix"]
+        ordinal = suffix in ("st", "nd", "rd", "th")
+        value = _canon_number(m["num"], None if ordinal else suffix)
+        unit: str | None
+        if m["pct"]:
+            unit = "%"
+        elif m["cur"]:
+            unit = _UNITS[m["cur"]]
+        else:
+            unit = _unit_after(text.lower(), m.end())
+        out.append((m.start(), Number(value, unit, False)))
+    return out
+
+
+def _word_numbers(text: str) -> list[tuple[int, Number]]:
+    """Number words, compounds included ("twenty-five", "two hundred and five")."""
+    lowered = text.lower()
+    out: list[tuple[int, Number]] = []
+    words = [(m.start(), m.end(), m.group(0)) for m in re.finditer(r"[a-z]+", lowered)]
+    i = 0
+    while i < len(words):
+        j, total, current, ordinal = i, 0, 0, False
+        while j < len(words):
+            w = words[j][2]
+            if w == "and" and j > i and j + 1 < len(words) and words[j + 1][2] in _NUMBER_WORDS:
+                j += 1
+                continue
+            if w in _SMALL or w in _TENS:
+                current += _SMALL.get(w, 0) + _TENS.get(w, 0)
+            elif w in _ORDINALS:
+                current += _ORDINALS[w]
+                ordinal = True
+            elif w in _SCALES or w == "dozen":
+                scale = 12 if w == "dozen" else _SCALES[w]
+                current = max(current, 1) * scale
+                if scale >= 1000:
+                    total, current = total + current, 0
+            else:
+                break
+            j += 1
+            if ordinal:
+                break
+        if j == i:
+            i += 1
+            continue
+        span = words[i:j]
+        weak = len(span) == 1 and span[0][2] in _AMBIGUOUS
+        unit = None if ordinal else _unit_after(lowered, span[-1][1])
+        out.append((span[0][0], Number(str(total + current), unit, weak)))
+        i = j
+    return out
+
+
+def _numbers(text: str, tokens: frozenset[str]) -> tuple[Number, ...]:
+    found: list[tuple[int, Number]] = []
+    blanked = text
+    if _DIGIT.search(text):
+        blanked, dates = _dates(text)
+        found += [(start, Number(value, None, False)) for start, _, value in dates]
+        found += _digit_numbers(blanked)
+    if tokens & _NUMBER_WORDS:
+        found += _word_numbers(blanked)
+    return tuple(n for _, n in sorted(found, key=lambda x: x[0]))
+
+
+def _names(text: str) -> frozenset[str]:
+    """Capitalised words inside a sentence, acronyms and CamelCase words, lower-cased. A text in
+    Title Case gives acronyms and CamelCase only."""
+    words = list(_CAP_WORD.finditer(text))
+    caps = sum(w.group(0)[0].isupper() for w in words)
+    title_case = len(words) >= 4 and caps >= 0.6 * len(words)
+    out = set()
+    prev_end = 0
+    for m in words:
+        w = m.group(0)
+        gap = text[prev_end : m.start()]
+        first = prev_end == 0 or any(c in _SENTENCE_END for c in gap)
+        prev_end = m.end()
+        if not w[0].isupper() and w.islower():
+            continue
+        inner_caps = any(c.isupper() for c in w[1:])
+        if inner_caps or (w[0].isupper() and not first and not title_case):
+            name = w.lower().strip("'&-")
+            if name and name not in _NOT_NAMES:
+                out.add(name)
+    return frozenset(out)
+
+
+def _identifiers(text: str, tokens: list[str]) -> tuple[frozenset[str], frozenset[str]]:
+    idents: set[str] = set()
+    anchored: set[str] = set()
+    for pattern, one_sided in _gated(text):
+        for m in _compiled(pattern).finditer(text):
+            value = m.group(0).strip("`\"'").lower().rstrip(".,;:!?)")
+            if value and value not in _NOT_DOTTED:
+                idents.add(value)
+                if one_sided:
+                    anchored.add(value)
+    if _CUES & set(tokens):
+        for a, b in itertools.pairwise(tokens):
+            if a in _CUE_BEFORE and b not in _POLES and b not in _ARTICLES:
+                idents.add(b)
+            if b in _CUE_AFTER and a not in _ARTICLES:
+                idents.add(a)
+    return frozenset(idents), frozenset(anchored)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@lru_cache(maxsize=4096)
+def estimate_tokens(text: str) -> int:
+    """WordPiece tokens, estimated on the long side: a word of up to 6 letters is one token,
+    longer ones one more per 4 letters; digits one per 2; every other symbol one."""
+    n = 0
+    for m in re.finditer(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text):
+        s = m.group(0)
+        if s.isalpha():
+            n += 1 + max(0, (len(s) - 3) // 4)
+        elif s.isdigit():
+            n += (len(s) + 1) // 2
+        else:
+            n += 1
+    return n + 2  # [CLS] and [SEP]
+
+
+@lru_cache(maxsize=65_536)
+def text_slots(text: str) -> TextSlots:
+    """The slots of ``text`` (memoised: a stored entry is compared many times)."""
+    normal = text.replace("\u2019", "'")
+    lowered = normal.lower()
+    tokens = [t.replace("'", "") for t in _TOKEN.findall(lowered)]
+    token_set = frozenset(tokens)
+    idents, anchored = _identifiers(normal, tokens)
+    poles = frozenset(p for t in tokens for p in _POLES.get(t, ()))
+    return TextSlots(
+        words=tuple(tokens),
+        tokens=token_set,
+        lowered=lowered,
+        numbers=_numbers(normal, token_set),
+        negations=sum(t in _NEGATIONS for t in tokens),
+        poles=poles,
+        names=_names(normal),
+        identifiers=idents,
+        anchored=anchored,
+    )
+
+
+# ---------------------------------------------------------------------------------- comparing
+
+
+def _shown(numbers: list[Number]) -> str:
+    return ", ".join(n.value + (f" {n.unit}" if n.unit else "") for n in numbers) or "none"
+
+
+def _numbers_differ(a: TextSlots, b: TextSlots) -> str | None:
+    strong_a, strong_b = a.strong_values, b.strong_values
+    xs = [n for n in a.numbers if not n.weak or n.value in strong_b]
+    ys = [n for n in b.numbers if not n.weak or n.value in strong_a]
+    if len(xs) == len(ys) and all(
+        x.value == y.value and (x.unit is None or y.unit is None or x.unit == y.unit)
+        for x, y in zip(xs, ys, strict=True)
+    ):
+        return None
+    return f"slots: numbers {_shown(xs)} != {_shown(ys)}"
+
+
+def _poles_differ(a: TextSlots, b: TextSlots) -> str | None:
+    if a.poles == b.poles:
+        return None
+    axes = {axis for axis, _ in a.poles} & {axis for axis, _ in b.poles}
+    for axis in sorted(axes):
+        sa = {s for x, s in a.poles if x == axis}
+        sb = {s for x, s in b.poles if x == axis}
+        if sa != sb:
+            words = _AXIS_NAMES[axis].split("/")
+            return (
+                f"slots: opposites {'/'.join(words[s] for s in sorted(sa))} != "
+                f"{'/'.join(words[s] for s in sorted(sb))}"
+            )
+    return None
+
+
+def _absent(items: frozenset[str], other: TextSlots) -> list[str]:
+    """Items of one text that the other does not mention (as a word, or for multi-word and
+    punctuated items, anywhere in its text)."""
+    out = []
+    for item in sorted(items):
+        if item in other.tokens:
+            continue
+        if (not item.isalnum() or " " in item) and item in other.lowered:
+            continue
+        out.append(item)
+    return out
+
+
+def _swapped(
+    kind: str, a: frozenset[str], b: frozenset[str], sa: TextSlots, sb: TextSlots
+) -> str | None:
+    only_a, only_b = _absent(a, sb), _absent(b, sa)
+    if only_a and only_b:
+        return f"slots: {kind} {', '.join(only_a[:3])} != {', '.join(only_b[:3])}"
+    return None
+
+
+def _anchored_missing(a: TextSlots, b: TextSlots) -> str | None:
+    only_a, only_b = _absent(a.anchored, b), _absent(b.anchored, a)
+    if only_a or only_b:
+        shown_a, shown_b = ", ".join(only_a[:2]) or "none", ", ".join(only_b[:2]) or "none"
+        return f"slots: identifiers {shown_a} != {shown_b}"
+    return None
+
+
+def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """Words shared at the start plus at the end (never overlapping)."""
+    limit = min(len(a), len(b))
+    p = 0
+    while p < limit and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < limit - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    return p + s
+
+
+class SlotGuard:
+    """The default :class:`SlotCheck` (see the module docstring for each rule).
+
+    ``window_tokens``: what the embedder reads (MiniLM: 256); a longer text is never a semantic
+    hit. ``preamble_words``: shared words (start plus end) from which two texts count as one
+    preamble with different endings. ``numbers``, ``negation``, ``opposites``, ``names``,
+    ``identifiers``: each rule can be turned off.
+    """
+
+    __slots__ = (
+        "identifiers",
+        "names",
+        "negation",
+        "numbers",
+        "opposites",
+        "preamble_words",
+        "window_tokens",
+    )
+
+    def __init__(
+        self,
+        *,
+        window_tokens: int = 256,
+        preamble_words: int = 20,
+        numbers: bool = True,
+        negation: bool = True,
+        opposites: bool = True,
+        names: bool = True,
+        identifiers: bool = True,
+    ) -> None:
+        for label, v in (("window_tokens", window_tokens), ("preamble_words", preamble_words)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{label} must be a positive int, got {v!r}")
+        self.window_tokens = window_tokens
+        self.preamble_words = preamble_words
+        self.numbers = numbers
+        self.negation = negation
+        self.opposites = opposites
+        self.names = names
+        self.identifiers = identifiers
+
+    def check(self, query: str, candidate: str) -> str | None:
+        """``None`` when ``candidate``'s answer may serve ``query`` as far as slots go, else the
+        reason (``"slots: numbers 61 km != 63 km"``, ``"truncated: ..."``, ``"preamble: ..."``)."""
+        a, b = text_slots(query), text_slots(candidate)
+        return next((r for r in self._reasons(a, b) if r is not None), None)
+
+    def _reasons(self, a: TextSlots, b: TextSlots) -> Iterator[str | None]:
+        if max(len(a.lowered), len(b.lowered)) + 2 > self.window_tokens:
+            # A token is at least a character: only a text this long can be truncated.
+            longest = max(estimate_tokens(a.lowered), estimate_tokens(b.lowered))
+            if longest > self.window_tokens:
+                yield f"truncated: ~{longest} tokens, over the embedder's {self.window_tokens}"
+        shared = _common_ends(a.words, b.words)
+        if shared >= self.preamble_words and a.words != b.words:
+            yield f"preamble: {shared} words shared, the rest differs"
+        if self.numbers and a.numbers != b.numbers:
+            yield _numbers_differ(a, b)
+        if self.negation and a.negations % 2 != b.negations % 2:
+            yield f"slots: negation {a.negations} != {b.negations}"
+        if self.opposites:
+            yield _poles_differ(a, b)
+        if self.names and a.names != b.names:
+            yield _swapped("names", a.names, b.names, a, b)
+        if self.identifiers and a.identifiers != b.identifiers:
+            yield _swapped("identifiers", a.identifiers, b.identifiers, a, b)
+            yield _anchored_missing(a, b)
+
+    def __repr__(self) -> str:
+        off = [
+            n
+            for n in ("numbers", "negation", "opposites", "names", "identifiers")
+            if not getattr(self, n)
+        ]
+        extra = f", off={off}" if off else ""
+        return (
+            f"SlotGuard(window_tokens={self.window_tokens}, "
+            f"preamble_words={self.preamble_words}{extra})"
+        )
+
+
+#: The guard every hit policy carries unless given another (or ``guard=None``).
+DEFAULT_GUARD = SlotGuard()
+
+
+def refusal_kind(reason: str) -> str:
+    """The kind of a refusal reason, for counting: ``"slots: numbers 1 != 2"`` -> ``"numbers"``,
+    ``"below threshold ..."`` -> ``"threshold"``; anything else -> ``"policy"``."""
+    head = reason.removeprefix("slots: ").split(":", 1)[0].split(" ", 1)[0]
+    if head in REFUSAL_KINDS:
+        return head
+    if reason.startswith("below threshold"):
+        return "threshold"
+    if reason.startswith("demoted"):
+        return "demoted"
+    return "policy"
