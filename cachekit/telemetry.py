@@ -313,6 +313,20 @@ class PrometheusCollector:
         )
         state.add_metric([ns], 1.0 if snap.breaker_state == "open" else 0.0)
         yield state
+        yield self._refusals(ns, snap.extra, CounterMetricFamily)
+
+    def _refusals(self, ns: str, sections: dict[str, Any], family: Any) -> Any:
+        """Semantic misses by why the nearest entry was not served, per semantic function."""
+        fam = family(
+            f"{self.prefix}_semantic_refusals",
+            "Semantic misses by why the nearest entry was not served",
+            labels=["namespace", "function", "reason"],
+        )
+        for name, section in sections.items():
+            if name.startswith("semantic:") and isinstance(section, dict):
+                for reason, n in sorted((section.get("refusals") or {}).items()):
+                    fam.add_metric([ns, name.removeprefix("semantic:"), reason], n)
+        return fam
 
 
 #: The collectors registered by :func:`register_prometheus`, per registry, by (prefix, namespace):

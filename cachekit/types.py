@@ -53,9 +53,9 @@ class Status(str, enum.Enum):
 @dataclass(frozen=True)
 class LookupResult:
     """What a lookup found. ``value`` is meaningful when :attr:`hit` is true. For a semantic
-    miss, ``similarity`` is the nearest candidate's and ``reason`` why it was not served
-    (``"below threshold 0.910 < 0.92"``, ``"slots: numbers 61 km != 63 km"``, ``"truncated:
-    ..."``)."""
+    miss with a live entry in the scope, ``similarity`` and ``matched_text`` are the nearest
+    entry's and ``reason`` says why it was not served (``"below threshold 0.870 < 0.9"``,
+    ``"slots: numbers 61 km != 63 km"``, ``"truncated: ..."``)."""
 
     status: Status
     value: Any = None

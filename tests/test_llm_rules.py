@@ -336,8 +336,9 @@ async def test_llm_cache_exact_semantic_and_tenants(llm: LLMCache, mode: str) ->
     q = chat("How do I reset my account password quickly?")
     assert (await _lookup(llm, mode, q, "t1")).status is Status.MISS
     assert await _store(llm, mode, q, completion(), "t1")
-    status, response, similarity, age = await _lookup(llm, mode, q, "t1")
+    status, response, similarity, age, reason, nearest = await _lookup(llm, mode, q, "t1")
     assert status is Status.HIT and response == completion() and similarity is None and age == 0
+    assert reason is None and nearest is None
     para = chat("How do I reset my account password quickly please?")
     hit = await _lookup(llm, mode, para, "t1")
     assert hit.status is Status.SEMANTIC_HIT and hit.response == completion()

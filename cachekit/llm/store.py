@@ -40,16 +40,22 @@ SEMANTIC_NAME = "cachekit.llm.request"
 
 
 class CacheLookup(NamedTuple):
-    """What :meth:`LLMCache.lookup` found: unpacks as ``status, response, similarity, age``.
+    """What :meth:`LLMCache.lookup` found: unpacks as ``status, response, similarity, age,
+    reason, nearest``.
 
     ``status`` is ``Status.HIT`` (exact), ``Status.SEMANTIC_HIT`` or ``Status.MISS``;
     ``response`` the stored response object on a hit; ``similarity`` the cosine of the matched
-    (or, on a miss, the nearest rejected) entry; ``age`` seconds since the entry was stored."""
+    (or, on a miss, the nearest rejected) entry; ``age`` seconds since the entry was stored;
+    ``reason``, on a miss with a nearest entry, why it was not served (``"slots: numbers 61 !=
+    63"``, ``"below threshold 0.870 < 0.9"``, ``"truncated: ..."``) and ``nearest`` is that
+    entry's semantic text (for replay's listings; the proxy never sends it to a client)."""
 
     status: Status
     response: dict[str, Any] | None = None
     similarity: float | None = None
     age: float | None = None
+    reason: str | None = None
+    nearest: str | None = None
 
     @property
     def hit(self) -> bool:
@@ -278,16 +284,18 @@ class LLMCache:
         self, r: Any, max_age: float | None, min_similarity: float | None
     ) -> CacheLookup:
         if not r.hit:
-            return CacheLookup(Status.MISS, similarity=r.similarity)
+            return CacheLookup(Status.MISS, None, r.similarity, None, r.reason, r.matched_text)
         if (
             r.status is Status.SEMANTIC_HIT
             and min_similarity is not None
             and (r.similarity or 0.0) < min_similarity
         ):
-            return CacheLookup(Status.MISS, similarity=r.similarity)
+            why = f"below threshold {r.similarity or 0.0:.3f} < {min_similarity:g} (request)"
+            return CacheLookup(Status.MISS, None, r.similarity, None, why, r.matched_text)
         found = self._unwrap(r.value, max_age)
         if found is None:
-            return CacheLookup(Status.MISS, similarity=r.similarity)
+            why = "older than max-age"
+            return CacheLookup(Status.MISS, None, r.similarity, None, why, r.matched_text)
         status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
         sim = r.similarity if status is Status.SEMANTIC_HIT else None
         return CacheLookup(status, found[0], sim, found[1])

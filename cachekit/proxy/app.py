@@ -47,6 +47,7 @@ from cachekit.llm import (
 )
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
 from cachekit.proxy.metrics import ProxyMetrics
+from cachekit.semantic.slots import refusal_kind
 
 __all__ = [
     "FEEDBACK_PATH",
@@ -219,6 +220,18 @@ def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> dict[str,
     return out
 
 
+def miss_headers(found: CacheLookup) -> dict[str, str]:
+    """A miss's headers: ``x-cachekit-cache: MISS`` and, when an entry was near, its similarity
+    and why it was not served (``x-cachekit-reason``: ASCII, at most 200 characters)."""
+    out = {"x-cachekit-cache": "MISS"}
+    if found.similarity is not None:
+        out["x-cachekit-similarity"] = f"{found.similarity:.4f}"
+    if found.reason:
+        text = found.reason.encode("ascii", "backslashreplace").decode("ascii")
+        out["x-cachekit-reason"] = "".join(c if c.isprintable() else " " for c in text)[:200]
+    return out
+
+
 def _response_headers(headers: httpx.Headers, drop: frozenset[str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in drop}
 
@@ -326,15 +339,17 @@ class Proxy:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
         if controls.no_cache:
-            outcome = "BYPASS"
+            outcome = {"x-cachekit-cache": "BYPASS"}
         else:
             found = await self.llm.alookup(
                 req, max_age=controls.max_age, min_similarity=controls.threshold
             )
             if found.hit:
                 return self._hit(req, found, label, t0)
-            outcome = "MISS"
-        self.metrics.child(self.metrics.requests, label, outcome).inc()
+            outcome = miss_headers(found)
+            if found.reason:
+                self.metrics.refusals.labels(refusal_kind(found.reason)).inc()
+        self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
         if controls.only_if_cached:
             return error_response(
                 504,
@@ -430,7 +445,12 @@ class Proxy:
         )
 
     async def _miss(
-        self, request: Request, req: LLMRequest, raw: bytes, controls: Controls, outcome: str
+        self,
+        request: Request,
+        req: LLMRequest,
+        raw: bytes,
+        controls: Controls,
+        outcome: dict[str, str],
     ) -> Response:
         assert self.client is not None
         url = self.upstream + req.endpoint
@@ -448,7 +468,7 @@ class Proxy:
                 time.perf_counter() - t0
             )
         out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
-        out["x-cachekit-cache"] = outcome
+        out.update(outcome)
         task = None
         if not controls.no_store:
             task = BackgroundTask(
@@ -476,7 +496,12 @@ class Proxy:
             self.metrics.stored.inc()
 
     async def _stream_miss(
-        self, request: Request, req: LLMRequest, raw: bytes, controls: Controls, outcome: str
+        self,
+        request: Request,
+        req: LLMRequest,
+        raw: bytes,
+        controls: Controls,
+        outcome: dict[str, str],
     ) -> Response:
         assert self.client is not None
         inject = self.config.proxy.stream_usage and not req.include_usage
@@ -499,7 +524,7 @@ class Proxy:
             inflight.leave()
             return self._upstream_error(exc)
         out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
-        out["x-cachekit-cache"] = outcome
+        out.update(outcome)
         if not 200 <= resp.status_code < 300:
             try:
                 data = await resp.aread()

@@ -104,6 +104,13 @@ class ProxyMetrics:
             ["reason"],
             registry=r,
         )
+        self.refusals = Counter(
+            "cachekit_proxy_semantic_refusals",
+            "Misses with a near entry, by why it was not served (numbers, negation, opposites, "
+            "names, identifiers, preamble, truncated, threshold, demoted, policy).",
+            ["reason"],
+            registry=r,
+        )
         self.stored = Counter("cachekit_proxy_stored", "Upstream answers stored.", registry=r)
         self.not_stored = Counter(
             "cachekit_proxy_not_stored",

@@ -343,7 +343,13 @@ class _SemanticCalls:
                     matched_text=entry.text,
                 )
         self._missed(probe)
-        return LookupResult(Status.MISS, key=k.remote, similarity=m.similarity, reason=m.reason)
+        return LookupResult(
+            Status.MISS,
+            key=k.remote,
+            similarity=m.similarity,
+            matched_text=m.nearest_text,
+            reason=m.reason,
+        )
 
     def _search_failed(self, k: CacheKey, exc: Exception, probe: bool) -> LookupResult:
         # An embedder or index failure costs a miss (the function still runs), never an answer.

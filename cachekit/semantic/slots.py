@@ -317,7 +317,7 @@ _AXIS_NAMES = [
 ]
 
 # Words that read as a name when capitalised inside a sentence but are not one.
-_NOT_NAMES = frozenset("i i'm i've i'd i'll ok okay".split())
+_NOT_NAMES = frozenset("i i'm i've i'd i'll ok okay mr mrs ms dr prof sir st".split())
 _CUE_BEFORE = frozenset(
     "install uninstall import require upgrade add".split()
 )  # "pip install NAME", "import NAME"
@@ -326,6 +326,13 @@ _CUE_AFTER = frozenset(
     "extension extensions framework frameworks".split()
 )
 _CUES = _CUE_BEFORE | _CUE_AFTER
+#: Words that do not change what is asked, when they are all that differs after a preamble.
+_FUNCTION_WORDS = frozenset(
+    "a an the of to in on at for from by with about as into and or but if so than that this "
+    "these those it its is are was were be been am do does did have has had will would shall "
+    "should can could may might must what whats which who when where why how s please i me my "
+    "you your we our us there here some any just also very really kindly thanks thank".split()
+)
 _ARTICLES = frozenset("the a an my your our their this that it its python".split())
 
 # ---------------------------------------------------------------------------------- parsing
@@ -386,6 +393,7 @@ _NUM = re.compile(
     r"(?P<suffix>st|nd|rd|th|k|m|bn|b)?\b(?P<pct>\s?%)?"
 )
 _DIGIT = re.compile(r"\d")
+_LIST_MARKER = re.compile(r"\d{1,2}[.)]\s")
 _WORDISH = re.compile(r"[a-z]+(?:'[a-z]+)?|[$€£%°]")
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # curly apostrophes are folded first
 _CAP_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'&-]*")
@@ -488,7 +496,10 @@ def _unit_after(text: str, end: int) -> str | None:
 
 def _digit_numbers(text: str) -> list[tuple[int, Number]]:
     out = []
-    for m in _NUM.finditer(text):
+    for m in _NUM.finditer(text.lower()):
+        line_start = text[: m.start()].rsplit("\n", 1)[-1]
+        if _LIST_MARKER.match(text, m.start()) and not line_start.strip(" \t>*-#"):
+            continue  # "5. Is it true ..." numbers the question, it is not part of it
         suffix = m["suffix"]
         ordinal = suffix in ("st", "nd", "rd", "th")
         value = _canon_number(m["num"], None if ordinal else suffix)
@@ -571,8 +582,8 @@ def _names(text: str) -> frozenset[str]:
             continue
         inner_caps = any(c.isupper() for c in w[1:])
         if inner_caps or (w[0].isupper() and not first and not title_case):
-            name = w.lower().strip("'&-")
-            if name and name not in _NOT_NAMES:
+            name = w.lower().strip("'&-").removesuffix("'s")
+            if len(name) > 1 and name not in _NOT_NAMES:
                 out.add(name)
     return frozenset(out)
 
@@ -617,6 +628,16 @@ def estimate_tokens(text: str) -> int:
     return n + 2  # [CLS] and [SEP]
 
 
+def _negations(tokens: list[str]) -> int:
+    """Negations, less those that only offer an alternative ("... or not", "why or why not",
+    "yes or no")."""
+    n = 0
+    for i, t in enumerate(tokens):
+        if t in _NEGATIONS and not (t in ("not", "no") and "or" in tokens[max(0, i - 2) : i]):
+            n += 1
+    return n
+
+
 @lru_cache(maxsize=65_536)
 def text_slots(text: str) -> TextSlots:
     """The slots of ``text`` (memoised: a stored entry is compared many times)."""
@@ -631,7 +652,7 @@ def text_slots(text: str) -> TextSlots:
         tokens=token_set,
         lowered=lowered,
         numbers=_numbers(normal, token_set),
-        negations=sum(t in _NEGATIONS for t in tokens),
+        negations=_negations(tokens),
         poles=poles,
         names=_names(normal),
         identifiers=idents,
@@ -647,15 +668,26 @@ def _shown(numbers: list[Number]) -> str:
 
 
 def _numbers_differ(a: TextSlots, b: TextSlots) -> str | None:
+    """Numbers compared as a multiset ("the 2015 or the 2016 model" is "the 2016 or the 2015
+    model"); a number without a unit matches the same number with one."""
     strong_a, strong_b = a.strong_values, b.strong_values
     xs = [n for n in a.numbers if not n.weak or n.value in strong_b]
     ys = [n for n in b.numbers if not n.weak or n.value in strong_a]
-    if len(xs) == len(ys) and all(
-        x.value == y.value and (x.unit is None or y.unit is None or x.unit == y.unit)
-        for x, y in zip(xs, ys, strict=True)
-    ):
+    left = list(ys)
+    unmatched = []
+    for x in xs:
+        j = next((j for j, y in enumerate(left) if _same_number(x, y)), None)
+        if j is None:
+            unmatched.append(x)
+        else:
+            del left[j]
+    if not unmatched and not left:
         return None
-    return f"slots: numbers {_shown(xs)} != {_shown(ys)}"
+    return f"slots: numbers {_shown(unmatched)} != {_shown(left)}"
+
+
+def _same_number(x: Number, y: Number) -> bool:
+    return x.value == y.value and (x.unit is None or y.unit is None or x.unit == y.unit)
 
 
 def _poles_differ(a: TextSlots, b: TextSlots) -> str | None:
@@ -675,16 +707,50 @@ def _poles_differ(a: TextSlots, b: TextSlots) -> str | None:
 
 
 def _absent(items: frozenset[str], other: TextSlots) -> list[str]:
-    """Items of one text that the other does not mention (as a word, or for multi-word and
-    punctuated items, anywhere in its text)."""
+    """Items of one text that the other does not mention: not as a word (nor a form of it:
+    plural, possessive, a derived word such as India/Indian, a one-letter typo), and for
+    multi-word and punctuated items, not anywhere in its text."""
     out = []
     for item in sorted(items):
         if item in other.tokens:
             continue
-        if (not item.isalnum() or " " in item) and item in other.lowered:
+        if not item.isalnum() or " " in item:
+            if item in other.lowered:
+                continue
+        elif any(_same_word(item, t) for t in other.tokens):
             continue
         out.append(item)
     return out
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Two spellings of one name: a shared stem of at least 4 letters that is most of the
+    shorter word (Turk/Turks, India/Indian, Google/Googling), or one edit apart (from 5
+    letters; two from 8)."""
+    if a[:3] != b[:3] and a[-3:] != b[-3:]:
+        return False
+    short = min(len(a), len(b))
+    common = 0
+    while common < short and a[common] == b[common]:
+        common += 1
+    if common >= 4 and common >= 0.8 * short:
+        return True
+    return short >= 5 and _within_edits(a, b, 2 if short >= 8 else 1)
+
+
+def _within_edits(a: str, b: str, limit: int) -> bool:
+    """Levenshtein distance of ``a`` and ``b`` is at most ``limit`` (banded: short words)."""
+    if abs(len(a) - len(b)) > limit:
+        return False
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+        if min(cur) > limit:
+            return False
+        prev = cur
+    return prev[-1] <= limit
 
 
 def _swapped(
@@ -704,8 +770,8 @@ def _anchored_missing(a: TextSlots, b: TextSlots) -> str | None:
     return None
 
 
-def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """Words shared at the start plus at the end (never overlapping)."""
+def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
+    """Words shared at the start, and at the end (never overlapping)."""
     limit = min(len(a), len(b))
     p = 0
     while p < limit and a[p] == b[p]:
@@ -713,7 +779,21 @@ def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     s = 0
     while s < limit - p and a[-1 - s] == b[-1 - s]:
         s += 1
-    return p + s
+    return p, s
+
+
+def _preamble(a: TextSlots, b: TextSlots, least: int) -> str | None:
+    """Refuses two texts that share ``least`` or more words at their ends and differ in between
+    by a content word (a difference of function words only, "What's" / "What is", passes)."""
+    p, s = _common_ends(a.words, b.words)
+    if p + s < least or a.words == b.words:
+        return None
+    mid_a = a.words[p : len(a.words) - s]
+    mid_b = b.words[p : len(b.words) - s]
+    new = [w for w in (*mid_a, *mid_b) if w not in _FUNCTION_WORDS]
+    if not new:
+        return None
+    return f"preamble: {p + s} words shared, the rest differs ({' '.join(new[:4])})"
 
 
 class SlotGuard:
@@ -769,9 +849,7 @@ class SlotGuard:
             longest = max(estimate_tokens(a.lowered), estimate_tokens(b.lowered))
             if longest > self.window_tokens:
                 yield f"truncated: ~{longest} tokens, over the embedder's {self.window_tokens}"
-        shared = _common_ends(a.words, b.words)
-        if shared >= self.preamble_words and a.words != b.words:
-            yield f"preamble: {shared} words shared, the rest differs"
+        yield _preamble(a, b, self.preamble_words)
         if self.numbers and a.numbers != b.numbers:
             yield _numbers_differ(a, b)
         if self.negation and a.negations % 2 != b.negations % 2:

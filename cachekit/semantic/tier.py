@@ -145,12 +145,14 @@ class SemanticEntry:
 @dataclass(frozen=True, slots=True)
 class Match:
     """The outcome of one semantic search: ``entry`` is the accepted neighbour (or None) and
-    ``similarity`` its score, or the best rejected score when nothing was accepted; ``reason``,
-    when nothing was, why the nearest was refused (``"slots: numbers 61 != 63"``)."""
+    ``similarity`` its score, or the best rejected score when nothing was accepted; then
+    ``reason`` says why the nearest was refused (``"slots: numbers 61 != 63"``) and
+    ``nearest_text`` is its text."""
 
     similarity: float | None
     entry: SemanticEntry | None
     reason: str | None = None
+    nearest_text: str | None = None
 
 
 class SemanticTier:
@@ -384,9 +386,9 @@ class SemanticTier:
             log.warning(
                 "cachekit: hit policy %r failed; treated as a miss", self.policy, exc_info=True
             )
-            return Match(live[0][0], None, "policy failed")
+            return Match(live[0][0], None, "policy failed", live[0][1].text)
         if chosen is None:
-            return Match(live[0][0], None, reason)
+            return Match(live[0][0], None, reason, live[0][1].text)
         score, entry = live[chosen]
         if entry.shared and len(self._hit_checks) < _HIT_CHECKS_MAX:
             self._hit_checks.add(entry.id)  # confirmed present in the background
