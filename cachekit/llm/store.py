@@ -85,6 +85,9 @@ class LLMCacheConfig:
     #: policy's default). With ``threshold``, ``threshold`` is the setting.
     policy: str = "threshold"
     policy_setting: float | None = None
+    #: ``False``: the hit policy's candidates skip the slot guard (numbers, negations, names,
+    #: identifiers, long prompts; see :mod:`cachekit.semantic.slots`). On by default.
+    slot_guard: bool = True
     #: ``False``: exact hits only (the embedding model is never loaded).
     semantic: bool = True
     #: Store answers cut off by ``max_tokens`` (``finish_reason: length``).
@@ -129,6 +132,8 @@ class LLMCacheConfig:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.redis_url and self.redis_cluster_url:
             raise ValueError("give redis_url or redis_cluster_url, not both")
+        if not isinstance(self.slot_guard, bool):
+            raise ValueError(f"slot_guard must be true or false, got {self.slot_guard!r}")
         if self.policy != "threshold":
             from cachekit.semantic.policies import build_policy
 
@@ -541,16 +546,20 @@ def build_cache(
             **kwargs,
         )
     policy = None
-    if config.semantic and config.policy != "threshold":
+    threshold = config.threshold
+    if config.semantic and (config.policy != "threshold" or not config.slot_guard):
         from cachekit.semantic.policies import build_policy
 
+        name, setting = config.policy, config.policy_setting
+        if name == "threshold":
+            setting, threshold = threshold, None
         policy = build_policy(
-            config.policy, config.policy_setting, comparator=AnswerComparator(embedder)
+            name, setting, comparator=AnswerComparator(embedder), guard=config.slot_guard
         )
     return LLMCache(
         cache,
         ttl=config.ttl,
-        threshold=config.threshold,
+        threshold=threshold,
         semantic=config.semantic,
         embedder=embedder,
         capacity=config.capacity,

@@ -16,6 +16,8 @@ from cachekit.replay.render import (
     SWEEP_HEADER,
     capacity_rows,
     fmt_pct,
+    near_header,
+    near_rows,
     summary_rows,
     sweep_rows,
 )
@@ -167,6 +169,13 @@ def _sections(r: Report) -> list[str]:
             + _table(
                 ["Request", "Similarity", "Its text", "Served text (from)"], rows, numeric=False
             )
+        )
+    if r.near_sample:
+        out.append(
+            "<h2>Refused near misses (sample)</h2><p class='note'>Misses whose nearest entry "
+            "was refused, and why. With a truth file, a missed paraphrase would have been a "
+            "right hit (the refusal cost a saving); a prevented wrong hit would have served "
+            "another answer.</p>" + _table(near_header(r), near_rows(r), numeric=False)
         )
     if r.skipped.counts:
         rows = [

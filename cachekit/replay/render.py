@@ -10,7 +10,19 @@ from rich.table import Table
 from cachekit.replay.capacity import Side
 from cachekit.replay.report import Report
 
-__all__ = ["fmt_money", "fmt_pct", "print_report", "sweep_rows"]
+__all__ = [
+    "fmt_money",
+    "fmt_pct",
+    "near_header",
+    "near_rows",
+    "print_report",
+    "shorten_pair",
+    "sweep_rows",
+    "verdict_label",
+]
+
+#: Characters of each text shown in the near-miss listing.
+NEAR_TEXT_WIDTH = 90
 
 
 def fmt_pct(x: float | None) -> str:
@@ -32,6 +44,9 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("Exact hits", f"{r.exact_hits:,}"),
         ("Semantic hits", f"{r.semantic_hits:,}"),
         ("Misses", f"{r.misses:,}"),
+    ]
+    rows += [(f"  nearest refused: {kind}", f"{n:,}") for kind, n in sorted(r.refusals.items())]
+    rows += [
         ("Hit rate", fmt_pct(r.hit_rate)),
         (
             "Tokens saved (prompt / completion)",
@@ -100,6 +115,51 @@ def sweep_rows(r: Report) -> list[list[str]]:
     return rows
 
 
+def verdict_label(verdict: bool | None) -> str:
+    """What the truth says the refusal did: lost a right answer, or kept a wrong one out."""
+    if verdict is None:
+        return "unjudged"
+    return "missed paraphrase" if verdict else "prevented wrong hit"
+
+
+def shorten_pair(a: str, b: str, width: int = NEAR_TEXT_WIDTH) -> tuple[str, str]:
+    """Both texts cut to about ``width`` characters from a little before where they first
+    differ: two long prompts sharing a preamble would otherwise show the same opening twice and
+    hide the difference that made the refusal."""
+    a, b = " ".join(a.split()), " ".join(b.split())
+    common = _common_prefix(a, b)
+    start = max(0, common - width // 4)
+    if start > 0:
+        start = a.rfind(" ", 0, start) + 1  # a word boundary (the texts agree up to there)
+    return _window(a, start, width), _window(b, start, width)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((k for k in range(n) if a[k] != b[k]), n)
+
+
+def _window(text: str, start: int, width: int) -> str:
+    piece = ("…" if start > 0 else "") + text[start:]
+    return piece if len(piece) <= width else piece[: width - 1] + "…"
+
+
+def near_header(r: Report) -> list[str]:
+    head = ["Request", "Similarity", "Reason", "Its text", "Nearest entry's text (from)"]
+    return head + (["Verdict"] if r.judged else [])
+
+
+def near_rows(r: Report) -> list[list[str]]:
+    """The refused near misses, one row each, texts cut around their difference."""
+    rows = []
+    for n in r.near_sample:
+        text, nearest = shorten_pair(n.text, n.nearest_text)
+        row = [n.custom_id, f"{n.similarity:.3f}", n.reason, text]
+        row.append(f"{nearest} ({n.nearest_custom_id})")
+        rows.append(row + ([verdict_label(n.verdict)] if r.judged else []))
+    return rows
+
+
 SWEEP_HEADER = [
     "Threshold",
     "Hit rate",
@@ -164,6 +224,14 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
                 f"{h.served_text} ({h.served_custom_id})",
             )
         console.print(w)
+
+    if r.near_sample:
+        near = Table(title="Refused near misses (sample)")
+        for col in near_header(r):
+            near.add_column(col, overflow="fold")
+        for cells in near_rows(r):
+            near.add_row(*cells)
+        console.print(near)
 
     if r.sweep:
         sw = Table(title=f"Sweep ({r.policy.split(':')[0]})")

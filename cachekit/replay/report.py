@@ -6,7 +6,9 @@ contract (scripts read it), so add to it only with the docs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +19,24 @@ from cachekit.llm.prices import PriceTable
 from cachekit.replay.capacity import Capacity, capacity_report
 from cachekit.replay.logs import LogRecord, Skipped
 from cachekit.replay.truth import Truth
+from cachekit.semantic.slots import refusal_kind
 
-__all__ = ["EXACT", "MISS", "SEMANTIC", "Outcome", "Report", "WrongHit", "build_report"]
+__all__ = [
+    "EXACT",
+    "MISS",
+    "SEMANTIC",
+    "NearMiss",
+    "Outcome",
+    "Report",
+    "WrongHit",
+    "build_report",
+    "pick_near_sample",
+]
 
 EXACT, SEMANTIC, MISS = "exact", "semantic", "miss"
 WRONG_SAMPLE_SIZE = 10
+#: The refused near misses listed: as many as the wrong hits, so neither table drowns the other.
+NEAR_SAMPLE_SIZE = WRONG_SAMPLE_SIZE
 
 
 @dataclass(slots=True)
@@ -31,17 +46,40 @@ class Outcome:
     status: str  # EXACT, SEMANTIC or MISS (a lookup error is a miss, as in production)
     overhead_ms: float  # the cache's own time for this request (lookup, and store on a miss)
     served_by: int | None = None  # index of the request whose stored entry answered
+    #: The cosine of the entry that answered (a semantic hit), or of the nearest refused one (a
+    #: miss whose scope held a live entry).
     similarity: float | None = None
+    reason: str | None = None  # on a miss: why the nearest entry was not served
+    nearest_by: int | None = None  # on a miss: index of the request that stored that entry
 
 
 @dataclass(frozen=True, slots=True)
 class WrongHit:
+    """A hit the truth file says was wrong: the request, and the one whose entry served it."""
+
     custom_id: str
     text: str
     served_custom_id: str
     served_text: str
     status: str
     similarity: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """A miss whose nearest entry was refused: the request, that entry's request, and why.
+
+    ``verdict`` (with a truth file) says whether serving the entry would have been right: True is
+    a paraphrase the cache missed (a saving lost), False a wrong hit it prevented; None when
+    either request has no truth line, or there is no truth file."""
+
+    custom_id: str
+    text: str
+    nearest_custom_id: str
+    nearest_text: str
+    similarity: float
+    reason: str
+    verdict: bool | None = None
 
 
 @dataclass
@@ -65,6 +103,9 @@ class Report:
     semantic_precision: float | None = None
     net_dollars_by_model: dict[str, float | None] | None = None
     wrong_sample: list[WrongHit] = field(default_factory=list)
+    #: Misses by the kind of their refusal (``cachekit.semantic.slots.refusal_kind``).
+    refusals: dict[str, int] = field(default_factory=dict)
+    near_sample: list[NearMiss] = field(default_factory=list)
     sweep: list[Report] = field(default_factory=list)
     #: The one-text embedding time included in ``overhead_ms`` where a request embeds.
     embed_ms: float | None = None
@@ -103,12 +144,15 @@ class Report:
             "overhead_ms": dict(self.overhead_ms),
             "skipped": dict(self.skipped.counts),
             "capacity": self.capacity.to_dict(),
+            "refusals": dict(sorted(self.refusals.items())),
+            "near_sample": [dataclasses.asdict(n) for n in self.near_sample],
         }
         if self.judged:
             out["correct_hits"] = self.correct_hits
             out["wrong_hits"] = self.wrong_hits
             out["semantic_precision"] = self.semantic_precision
             out["net_dollars_saved"] = _dollars(self.net_dollars_by_model or {}, self.prices)
+            out["wrong_sample"] = [dataclasses.asdict(w) for w in self.wrong_sample]
         if self.threshold is not None and not with_sweep:
             out["threshold"] = self.threshold
         if with_sweep and self.sweep:
@@ -177,6 +221,72 @@ def _judge(
     return correct, wrong, precision, flags, sample
 
 
+def _refusals(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """Misses by the kind of their refusal: which rule (a slot, the threshold, the policy) costs
+    the hits, so a user knows what to look at first."""
+    kinds = Counter(refusal_kind(o.reason) for o in outcomes if o.status == MISS and o.reason)
+    return dict(sorted(kinds.items()))
+
+
+def _near_misses(
+    records: Sequence[LogRecord],
+    outcomes: Sequence[Outcome],
+    texts: Sequence[str],
+    truth: Truth | None,
+) -> list[NearMiss]:
+    """Every miss whose nearest entry was refused, judged where the truth file can."""
+    found: list[NearMiss] = []
+    for rec, out, text in zip(records, outcomes, texts, strict=True):
+        if out.reason is None or out.nearest_by is None or out.similarity is None:
+            continue  # a hit, or a miss with nothing near in its scope
+        src = records[out.nearest_by]
+        verdict = truth.same_answer(rec.custom_id, src.custom_id) if truth else None
+        found.append(
+            NearMiss(
+                rec.custom_id,
+                text,
+                src.custom_id,
+                texts[out.nearest_by],
+                out.similarity,
+                out.reason,
+                verdict,
+            )
+        )
+    return found
+
+
+def _allot(sizes: Sequence[int], total: int) -> list[int]:
+    """How many to take from each group: ``total`` shared out one at a time, in turn, so every
+    group that has some is shown and a group with fewer leaves its share to the others."""
+    take = [0] * len(sizes)
+    left = total
+    while left > 0 and any(t < n for t, n in zip(take, sizes, strict=True)):
+        for k, n in enumerate(sizes):
+            if left > 0 and take[k] < n:
+                take[k] += 1
+                left -= 1
+    return take
+
+
+def pick_near_sample(
+    candidates: Sequence[NearMiss], *, judged: bool, size: int = NEAR_SAMPLE_SIZE
+) -> list[NearMiss]:
+    """The refused near misses worth reading, most similar first within each group.
+
+    With a truth file, the missed paraphrases (verdict True: the refusal cost a right hit) come
+    first, then the prevented wrong hits (verdict False), each group given an even share of
+    ``size`` so neither hides the other; unjudged ones only fill what is left. Without one, the
+    most similar (the refusals a threshold alone would have served)."""
+    by_sim = sorted(candidates, key=lambda n: -n.similarity)
+    if not judged:
+        return by_sim[:size]
+    groups = [[n for n in by_sim if n.verdict is v] for v in (True, False)]
+    take = _allot([len(g) for g in groups], size)
+    chosen = [n for g, k in zip(groups, take, strict=True) for n in g[:k]]
+    rest = [n for n in by_sim if n.verdict is None]
+    return chosen + rest[: size - len(chosen)]
+
+
 def build_report(
     records: Sequence[LogRecord],
     outcomes: Sequence[Outcome],
@@ -224,6 +334,10 @@ def build_report(
         ),
         policy=policy,
         threshold=threshold,
+        refusals=_refusals(outcomes),
+        near_sample=pick_near_sample(
+            _near_misses(records, outcomes, texts, truth), judged=truth is not None
+        ),
     )
     if truth is not None:
         correct, wrong, precision, flags, sample = _judge(records, outcomes, texts, truth)

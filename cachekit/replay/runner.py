@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from cachekit.cache import Status
 from cachekit.llm import (
     PRICES_AS_OF,
+    CacheLookup,
     LLMCacheConfig,
     LLMRequest,
     PriceTable,
@@ -185,6 +186,29 @@ def _fingerprint(response: dict[str, Any]) -> int:
     return hash(json.dumps(response, sort_keys=True, separators=(",", ":")))
 
 
+class _Sources:
+    """Which request stored what, to name the request behind an entry the cache returns.
+
+    A response is recognised by its content; a semantic entry by its scope and text (the tier's
+    entry id: storing the same text in a scope again replaces the entry, so the latest request
+    that stored it is the one whose answer the entry holds)."""
+
+    def __init__(self) -> None:
+        self.responses: dict[int, int] = {}
+        self.texts: dict[tuple[str | None, str], int] = {}
+
+    def stored(self, i: int, req: LLMRequest, response: dict[str, Any], text: str) -> None:
+        self.responses[_fingerprint(response)] = i
+        if text:
+            self.texts[(req.scope, text)] = i
+
+    def served_by(self, response: dict[str, Any]) -> int | None:
+        return self.responses.get(_fingerprint(response))
+
+    def nearest_by(self, req: LLMRequest, nearest: str | None) -> int | None:
+        return None if nearest is None else self.texts.get((req.scope, nearest))
+
+
 def replay(
     prep: Prepared,
     config: LLMCacheConfig,
@@ -200,7 +224,7 @@ def replay(
     embedded the text (the vectors here are computed in advance)."""
     clock = _ReplayClock()
     llm = build_cache(config, embedder=embedder, clock=clock)
-    stored_by: dict[int, int] = {}
+    sources = _Sources()
     outcomes: list[Outcome] = []
     times = times if times is not None else [0.0] * len(prep.requests)
     if progress:
@@ -216,9 +240,9 @@ def replay(
             elapsed = (perf() - t0) * 1000.0
             if found.status is not Status.HIT and prep.texts[i]:
                 elapsed += embed_ms
-            outcomes.append(_outcome(found, elapsed, stored_by))
+            outcomes.append(_outcome(found, elapsed, req, sources))
             if not found.hit and resp is not None:
-                stored_by[_fingerprint(resp)] = i
+                sources.stored(i, req, resp, prep.texts[i])
             if progress and (i + 1) % 1000 == 0:
                 progress(task, 1000, None)
     finally:
@@ -228,13 +252,14 @@ def replay(
     return outcomes
 
 
-def _outcome(found: Any, elapsed_ms: float, stored_by: dict[int, int]) -> Outcome:
+def _outcome(found: CacheLookup, elapsed_ms: float, req: LLMRequest, sources: _Sources) -> Outcome:
+    """A hit names the request that stored its answer; a miss keeps why its nearest entry was
+    refused and which request stored that entry, for the report's near-miss listing."""
     if not found.hit or found.response is None:
-        return Outcome(MISS, elapsed_ms)
+        near = sources.nearest_by(req, found.nearest)
+        return Outcome(MISS, elapsed_ms, None, found.similarity, found.reason, near)
     status = EXACT if found.status is Status.HIT else SEMANTIC
-    return Outcome(
-        status, elapsed_ms, stored_by.get(_fingerprint(found.response)), found.similarity
-    )
+    return Outcome(status, elapsed_ms, sources.served_by(found.response), found.similarity)
 
 
 @dataclass

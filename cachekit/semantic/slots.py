@@ -567,18 +567,18 @@ def _numbers(text: str, tokens: frozenset[str]) -> tuple[Number, ...]:
 
 def _names(text: str) -> frozenset[str]:
     """Capitalised words inside a sentence, acronyms and CamelCase words, lower-cased. A text in
-    Title Case gives acronyms and CamelCase only."""
-    words = list(_CAP_WORD.finditer(text))
-    caps = sum(w.group(0)[0].isupper() for w in words)
-    title_case = len(words) >= 4 and caps >= 0.6 * len(words)
-    out = set()
+    Title Case (most words inside its sentences capitalised) gives acronyms and CamelCase only."""
+    words: list[tuple[str, bool]] = []
     prev_end = 0
-    for m in words:
-        w = m.group(0)
+    for m in _CAP_WORD.finditer(text):
         gap = text[prev_end : m.start()]
-        first = prev_end == 0 or any(c in _SENTENCE_END for c in gap)
+        words.append((m.group(0), prev_end == 0 or any(c in _SENTENCE_END for c in gap)))
         prev_end = m.end()
-        if not w[0].isupper() and w.islower():
+    inner = [w for w, first in words if not first]
+    title_case = len(inner) >= 3 and sum(w[0].isupper() for w in inner) >= 0.7 * len(inner)
+    out = set()
+    for w, first in words:
+        if w.islower():
             continue
         inner_caps = any(c.isupper() for c in w[1:])
         if inner_caps or (w[0].isupper() and not first and not title_case):
@@ -715,12 +715,26 @@ def _absent(items: frozenset[str], other: TextSlots) -> list[str]:
         if item in other.tokens:
             continue
         if not item.isalnum() or " " in item:
-            if item in other.lowered:
+            if _mentions(other.lowered, item):
                 continue
         elif any(_same_word(item, t) for t in other.tokens):
             continue
         out.append(item)
     return out
+
+
+def _mentions(text: str, item: str) -> bool:
+    """``item`` stands in ``text`` on its own: not as the start of a longer identifier
+    (``--force`` is not mentioned by ``--force-with-lease``)."""
+    start = text.find(item)
+    while start != -1:
+        end = start + len(item)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before in "_-") and not (after.isalnum() or after in "_-"):
+            return True
+        start = text.find(item, start + 1)
+    return False
 
 
 def _same_word(a: str, b: str) -> bool:

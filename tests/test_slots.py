@@ -1,0 +1,397 @@
+"""The slot guard (cachekit.semantic.slots): each rule on its own, property tests that random
+number, name and negation swaps never hit, paraphrases that keep their slots still hit, and the
+rules through the tier in both call forms, the policies, telemetry and the LLM cache config.
+
+Through the tier the tests use :class:`SameVectorTestEmbedder`, which gives every text the same
+vector: every stored entry is then a perfect neighbour (similarity 1.0), so nothing but the guard
+stands between a slot-swapped prompt and a hit, and a test cannot pass by the embedder's grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cachekit import Cache, Status
+from cachekit.llm import LLMCacheConfig, build_cache
+from cachekit.semantic.error_bounded import ErrorBoundedPolicy
+from cachekit.semantic.policies import build_policy
+from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy, guard_of
+from cachekit.semantic.slots import DEFAULT_GUARD, SlotGuard, refusal_kind, text_slots
+from cachekit.semantic.verifier import VerifiedPolicy
+
+
+class SameVectorTestEmbedder:
+    """Every text gets one and the same unit vector (a test double, not a model)."""
+
+    name = "same-vector-test"
+    dim = 8
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        out[:, 0] = 1.0
+        return out
+
+
+def kind_of(query: str, candidate: str, guard: SlotGuard = DEFAULT_GUARD) -> str | None:
+    reason = guard.check(query, candidate)
+    return None if reason is None else refusal_kind(reason)
+
+
+# ---------------------------------------------------------------------- one rule at a time
+
+REFUSED = [
+    ("Convert 63 kilometers to miles.", "Convert 61 kilometers to miles.", "numbers"),
+    ("Boil an egg at 1000 meters", "Boil an egg at 3000 meters", "numbers"),
+    ("Summarize chapter 114 of Moby Dick", "Summarize chapter 36 of Moby Dick", "numbers"),
+    ("What is seventeen plus 25?", "What is eighteen plus 25?", "numbers"),
+    ("Who won on the third day?", "Who won on the 4th day?", "numbers"),
+    ("What happened on March 3, 2024?", "What happened on March 4, 2024?", "numbers"),
+    ("Convert 5 km to miles", "Convert 5 miles to km", "numbers"),
+    ("Set the alarm for 7 am", "Set the alarm for 7 pm", "numbers"),
+    ("Is $20 enough for lunch?", "Is 20% enough for a tip?", "numbers"),
+    ("What is new in Python 3.11?", "What is new in Python 3.12?", "numbers"),
+    ("Best laptop under 30K rupees", "Best laptop under 40,000 rupees", "numbers"),
+    ("Which foods are not gluten-free?", "Which foods are gluten-free?", "negation"),
+    ("Should I not drink coffee before bed?", "Should I drink coffee before bed?", "negation"),
+    ("Why doesn't my build cache work?", "Why does my build cache work?", "negation"),
+    ("Who drives on the right side?", "Who drives on the left side?", "opposites"),
+    ("How do I increase the font size?", "How do I decrease the font size?", "opposites"),
+    ("How do I enable two-factor login?", "How do I disable two-factor login?", "opposites"),
+    ("What are the benefits of remote work?", "What are the drawbacks of remote work?",
+     "opposites"),
+    ("Should I stretch before running?", "Should I stretch after running?", "opposites"),
+    ("What is the capital of France?", "What is the capital of Germany?", "names"),
+    ("Is Toronto colder than Montreal?", "Is Toronto colder than Vancouver?", "names"),
+    ("How do I install numpy?", "How do I install pandas?", "identifiers"),
+    ("What does `os.path.join` do?", "What does `os.path.split` do?", "identifiers"),
+    ("Why is max_retries ignored?", "Why is max_backoff ignored?", "identifiers"),
+    ("What does git push --force do?", "What does git push --force-with-lease do?", "identifiers"),
+    ("Summarize https://example.com/a", "Summarize https://example.com/b", "identifiers"),
+    ("Email alice@example.com the invoice", "Email bob@example.com the invoice", "identifiers"),
+    ('What does "carpe diem" mean?', 'What does "memento mori" mean?', "identifiers"),
+]  # fmt: skip
+
+KEPT = [
+    ("What is 17 plus 25?", "Could you tell me what 17 plus 25 is?"),
+    ("What is seventeen plus twenty-five?", "What is 17 plus 25?"),
+    ("Convert 5 km to miles", "How many miles is 5 kilometres?"),
+    ("What happened on March 3, 2024?", "What happened on 2024-03-03?"),
+    ("How much is $20 in euros?", "How much is 20 dollars in euros?"),
+    ("Best laptop under 30K rupees", "Which laptop is best under 30,000 rupees?"),
+    ("Should I buy the 2015 or the 2016 model?", "Should I buy the 2016 or 2015 model?"),
+    ("Which one is better, Python or Java?", "Which is better: Python or Java?"),
+    ("Why can't I log in?", "Why am I unable to log in?"),
+    ("Is Einstein an atheist? Why or why not?", "Is Einstein an atheist?"),
+    ("How do I reset my router password?", "How can I reset the password of my router?"),
+    ("What did Trump say about Canada?", "What has Trump's team said about Canada?"),
+    ("Where is good coffee in Bangalore?", "Where can I find good coffee in Bangalore?"),
+    ("What Is The Best Way To Learn Python?", "what is the best way to learn python"),
+    ("Paris is the capital of France.", "The capital of France is Paris."),
+    ("What does `os.path.join` do?", "what does os.path.join do"),
+    ("How do I install numpy?", "How can numpy be installed?"),
+]
+
+
+@pytest.mark.parametrize(("query", "candidate", "kind"), REFUSED)
+def test_each_rule_refuses_its_swap(query: str, candidate: str, kind: str) -> None:
+    assert kind_of(query, candidate) == kind
+    assert kind_of(candidate, query) == kind  # symmetric: either could have been stored first
+
+
+@pytest.mark.parametrize(("query", "candidate"), KEPT)
+def test_same_slot_paraphrases_pass(query: str, candidate: str) -> None:
+    assert DEFAULT_GUARD.check(query, candidate) is None
+    assert DEFAULT_GUARD.check(candidate, query) is None
+
+
+def test_reasons_name_the_values() -> None:
+    assert DEFAULT_GUARD.check("Convert 61 km to miles", "Convert 63 km to miles") == (
+        "slots: numbers 61 km != 63 km"
+    )
+    assert DEFAULT_GUARD.check("the capital of France", "the capital of Spain") == (
+        "slots: names france != spain"
+    )
+
+
+def test_long_texts_are_never_compared_past_the_window() -> None:
+    preamble = "The tenant shall keep the premises in good repair at all times. " * 30
+    a, b = preamble + "What is the notice period?", preamble + "Who pays for repairs?"
+    assert kind_of(a, b) == "truncated"
+    assert kind_of(a, a + " Please answer briefly.") == "truncated"
+    short = SlotGuard(window_tokens=10_000)  # the same texts, as if the window were wide
+    assert kind_of(a, b, short) == "preamble"
+
+
+def test_a_shared_preamble_with_another_question_is_refused() -> None:
+    preamble = (
+        "You are a careful assistant for a bank. Answer from the policy below and say when it "
+        "does not cover the question. Policy: accounts may be closed online at any time. "
+    )
+    assert kind_of(preamble + "How do I close my account?", preamble + "How do I open one?") == (
+        "preamble"
+    )
+    # Function words alone ("What's" / "What is") are not another question.
+    assert DEFAULT_GUARD.check(preamble + "What's the fee?", preamble + "What is the fee?") is None
+
+
+def test_rules_can_be_turned_off_and_settings_are_checked() -> None:
+    swap = ("Convert 61 km to miles", "Convert 63 km to miles")
+    assert SlotGuard(numbers=False).check(*swap) is None
+    assert "off=['numbers']" in repr(SlotGuard(numbers=False))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="window_tokens"):
+            SlotGuard(window_tokens=bad)  # type: ignore[arg-type]
+
+
+def test_slots_are_parsed_once_per_text() -> None:
+    text = "How far is 42 km in miles, in the 3rd edition?"
+    assert text_slots(text) is text_slots(text)
+    assert [n.value for n in text_slots(text).numbers] == ["42", "3"]
+
+
+# ---------------------------------------------------------------------- properties
+
+NAMES = [
+    "France", "Germany", "Spain", "Italy", "Japan", "Brazil", "Kenya", "Canada", "Norway",
+    "Toronto", "Lisbon", "Oslo", "Nairobi", "Alice", "Bob", "Kubernetes", "PostgreSQL",
+]  # fmt: skip
+NUMBER_TEMPLATES = [
+    "Convert {} kilometers to miles.",
+    "How long does an egg boil at an altitude of {} meters?",
+    "Summarize chapter {} of the book.",
+    "What is {} plus 25?",
+    "Give me {} ideas for a birthday party.",
+    "Is a {} GB plan enough for a month?",
+]
+NAME_TEMPLATES = [
+    "What is the capital of {}?",
+    "What is the weather like in {} in spring?",
+    "How do I get a work visa for {}?",
+    "Tell me about the history of {} in one paragraph.",
+]
+NEGATION_PAIRS = [
+    ("Which foods are gluten-free?", "Which foods are not gluten-free?"),
+    ("Should I drink coffee at night?", "Should I never drink coffee at night?"),
+    ("Can I travel with a dog?", "Can I travel without a dog?"),
+    ("Does the app store my data?", "Doesn't the app store my data?"),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(NUMBER_TEMPLATES),
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+)
+def test_random_number_swaps_never_pass(template: str, a: int, b: int) -> None:
+    if a != b:
+        assert kind_of(template.format(a), template.format(b)) == "numbers"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(NAME_TEMPLATES), st.sampled_from(NAMES), st.sampled_from(NAMES))
+def test_random_name_swaps_never_pass(template: str, a: str, b: str) -> None:
+    if a != b:
+        assert kind_of(template.format(a), template.format(b)) == "names"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from(NEGATION_PAIRS), st.sampled_from(["", "Please tell me: ", "Quick one. "]))
+def test_negations_never_pass(pair: tuple[str, str], prefix: str) -> None:
+    assert kind_of(prefix + pair[0], prefix + pair[1]) == "negation"
+
+
+# ---------------------------------------------------------------------- through the tier
+
+
+def semantic_fn(cache: Cache, closing: Callable[[Any], Any], is_async: bool, **kw: Any) -> Any:
+    if is_async:
+
+        @cache.semantic(embedder=SameVectorTestEmbedder(), **kw)
+        async def answer(prompt: str) -> str:
+            return "answer to " + prompt
+
+    else:
+
+        @cache.semantic(embedder=SameVectorTestEmbedder(), **kw)
+        def answer(prompt: str) -> str:
+            return "answer to " + prompt
+
+    return closing(answer)
+
+
+async def run(fn: Any, is_async: bool, method: str, *args: Any) -> Any:
+    out = getattr(fn, method)(*args)
+    return await out if is_async else out
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(("query", "stored", "kind"), REFUSED[::3])
+async def test_tier_never_serves_a_slot_swap(
+    closing: Any, is_async: bool, query: str, stored: str, kind: str
+) -> None:
+    answer = semantic_fn(Cache(), closing, is_async)
+    await run(answer, is_async, "__call__", stored)
+    miss = await run(answer, is_async, "lookup", query)
+    assert miss.status is Status.MISS and miss.similarity == pytest.approx(1.0)
+    assert miss.reason is not None and refusal_kind(miss.reason) == kind
+    assert miss.matched_text == stored
+    assert await run(answer, is_async, "__call__", query) == "answer to " + query
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(("query", "stored"), KEPT[::4])
+async def test_tier_still_serves_a_paraphrase(
+    closing: Any, is_async: bool, query: str, stored: str
+) -> None:
+    answer = semantic_fn(Cache(), closing, is_async)
+    await run(answer, is_async, "__call__", stored)
+    hit = await run(answer, is_async, "lookup", query)
+    assert hit.status is Status.SEMANTIC_HIT and hit.value == "answer to " + stored
+    assert hit.reason is None
+
+
+def test_a_refused_nearest_does_not_hide_a_matching_neighbour(closing: Any) -> None:
+    answer = semantic_fn(Cache(), closing, False)
+    answer("Convert 61 km to miles")
+    answer("Convert 63 km to miles")
+    assert answer.lookup("How many miles are 63 km?").value == "answer to Convert 63 km to miles"
+
+
+def test_refusals_are_counted_by_reason_and_exported(closing: Any) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from cachekit import register_prometheus
+
+    cache = Cache(namespace="slots-metrics")
+    answer = semantic_fn(cache, closing, False)
+    answer("What is the capital of France?")
+    answer("What is the capital of Spain?")  # names
+    answer("Convert 5 km to miles")  # numbers (the nearest, a capital, has none)
+    answer("Convert 6 km to miles")  # numbers
+    answer("Convert 7 km to miles")  # numbers
+    section = cache.stats().extra[f"semantic:{answer.tier.name}"]
+    assert section["refusals"] == {"names": 1, "numbers": 3}
+    registry = CollectorRegistry()
+    register_prometheus(cache, registry=registry)
+    text = generate_latest(registry).decode()
+    assert "cachekit_semantic_refusals_total{" in text
+    line = next(x for x in text.splitlines() if 'reason="numbers"' in x)
+    assert line.endswith(" 3.0")
+
+
+def test_threshold_miss_says_so(closing: Any) -> None:
+    emb = SameVectorTestEmbedder()
+
+    class Half(SameVectorTestEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            out = emb.embed(texts)
+            for i, t in enumerate(texts):
+                if "second" in t:
+                    out[i] = np.array([0.8, 0.6, 0, 0, 0, 0, 0, 0], dtype=np.float32)
+            return out
+
+    cache = Cache()
+
+    @cache.semantic(embedder=Half())
+    def answer(prompt: str) -> str:
+        return prompt
+
+    closing(answer)
+    answer("a first prompt")
+    miss = answer.lookup("a second prompt")
+    assert miss.status is Status.MISS and miss.reason == "below threshold 0.800 < 0.9"
+
+
+# ---------------------------------------------------------------------- policies and config
+
+
+def test_policies_carry_the_guard_and_can_opt_out(closing: Any) -> None:
+    assert ThresholdPolicy().guard is DEFAULT_GUARD
+    assert VerifiedPolicy().guard is DEFAULT_GUARD
+    assert ErrorBoundedPolicy().guard is DEFAULT_GUARD
+    assert ThresholdPolicy(guard=None).guard is None
+
+    class Legacy:  # a policy written before guards existed is guarded too
+        name = "legacy"
+
+        def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+            return Decision(serve=0)
+
+        def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
+            pass
+
+    assert guard_of(Legacy()) is DEFAULT_GUARD
+    unguarded = semantic_fn(Cache(), closing, False, policy=ThresholdPolicy(guard=None))
+    unguarded("Convert 61 km to miles")
+    assert unguarded.lookup("Convert 63 km to miles").status is Status.SEMANTIC_HIT
+    with pytest.raises(TypeError, match="SlotCheck"):
+        ThresholdPolicy(guard="numbers")  # type: ignore[arg-type]
+
+
+def test_a_policy_can_plug_its_own_guard(closing: Any) -> None:
+    class NoTuesdays:
+        def check(self, query: str, candidate: str) -> str | None:
+            return "tuesday" if "tuesday" in query.lower() else None
+
+    answer = semantic_fn(Cache(), closing, False, policy=ThresholdPolicy(guard=NoTuesdays()))
+    answer("Plan my week")
+    assert answer.lookup("Plan my week, from Monday").status is Status.SEMANTIC_HIT
+    miss = answer.lookup("Plan my Tuesday")
+    assert miss.status is Status.MISS and miss.reason == "tuesday"
+
+
+@pytest.mark.parametrize("name", ["threshold", "verified", "error-bounded"])
+def test_every_named_policy_is_guarded_unless_told(closing: Any, name: str) -> None:
+    assert build_policy(name).guard is DEFAULT_GUARD  # type: ignore[attr-defined]
+    assert build_policy(name, guard=False).guard is None  # type: ignore[attr-defined]
+    policy = build_policy(name, None if name != "error-bounded" else 0.5)
+    answer = semantic_fn(Cache(), closing, False, policy=policy)
+    answer("Convert 61 km to miles")
+    miss = answer.lookup("Convert 63 km to miles")
+    assert miss.status is Status.MISS and refusal_kind(miss.reason or "") == "numbers"
+
+
+def test_llm_cache_config_turns_the_guard_off() -> None:
+    with pytest.raises(ValueError, match="slot_guard"):
+        LLMCacheConfig.from_mapping({"slot_guard": "no"})
+    emb = SameVectorTestEmbedder()
+    guarded = build_cache(LLMCacheConfig(), embedder=emb)
+    loose = build_cache(LLMCacheConfig(slot_guard=False, threshold=0.95), embedder=emb)
+    try:
+        assert guard_of(guarded.semantic_function().policy) is DEFAULT_GUARD
+        policy = loose.semantic_function().policy
+        assert guard_of(policy) is None and policy.threshold == 0.95
+    finally:
+        guarded.close()
+        loose.close()
+
+
+def test_guard_cost_is_small_per_candidate() -> None:
+    """Not a timing test: the parse is memoised, so a candidate's text is parsed once however
+    often it is compared."""
+    rng = random.Random(1)
+    stored = [f"Convert {rng.randint(1, 999)} km to miles" for _ in range(50)]
+    text_slots.cache_clear()
+    for _ in range(3):
+        for s in stored:
+            DEFAULT_GUARD.check("Convert 5 km to miles", s)
+    info = text_slots.cache_info()
+    assert info.misses <= len(set(stored)) + 1 and info.hits >= 2 * len(stored)
+
+
+def test_asyncio_is_not_needed_for_the_guard() -> None:
+    # The guard is plain Python: usable from a running loop without blocking on anything.
+    async def check() -> str | None:
+        return DEFAULT_GUARD.check("Is 7 > 5?", "Is 8 > 5?")
+
+    assert asyncio.run(check()) is not None
