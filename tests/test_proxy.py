@@ -235,6 +235,45 @@ def test_chat_miss_then_exact_and_semantic_hits(
     )
 
 
+SLOT_SWAPS = [
+    ("Convert 61 kilometers to miles.", "Convert 63 kilometers to miles.", "slots: numbers"),
+    ("Which foods are gluten-free?", "Which foods are not gluten-free?", "slots: negation"),
+    ("Which countries drive on the left?", "Which countries drive on the right?", "slots: opp"),
+    ("What is the capital city of Austria?", "What is the capital city of Australia?", "slots: n"),
+]
+
+
+@pytest.mark.parametrize(("stored", "query", "why"), SLOT_SWAPS)
+def test_slot_swaps_are_misses_that_say_why(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str, stored: str,
+    query: str, why: str,
+) -> None:  # fmt: skip
+    first, _ = chat(client, stored)
+    wait_cached(proxy, key, stored)
+    before = proxy.metric("cachekit_proxy_semantic_refusals_total")
+    second, h = chat(client, query)
+    assert h["x-cachekit-cache"] == "MISS" and h["x-cachekit-reason"].startswith(why)
+    assert float(h["x-cachekit-similarity"]) > 0.5
+    assert second.choices[0].message.content != first.choices[0].message.content
+    assert upstream_calls(upstream, key) == 2
+    assert proxy.metric("cachekit_proxy_semantic_refusals_total") == before + 1
+
+
+def test_a_long_shared_preamble_is_never_a_semantic_hit(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
+    contract = " ".join(
+        f"Clause {i}: the supplier delivers the goods within the agreed period and the buyer "
+        "pays the invoice in full."
+        for i in range(40)
+    )  # far past the embedder's 256 tokens: the two vectors are identical
+    chat(client, contract + " Question: when must the buyer pay?")
+    wait_cached(proxy, key, contract + " Question: when must the buyer pay?")
+    _, h = chat(client, contract + " Question: who chooses the carrier?")
+    assert h["x-cachekit-cache"] == "MISS" and h["x-cachekit-reason"].startswith("truncated")
+    assert upstream_calls(upstream, key) == 2
+
+
 def test_stream_miss_is_relayed_then_replayed_in_chunks(
     proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
 ) -> None:
