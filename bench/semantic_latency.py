@@ -23,10 +23,20 @@ the approximate index's top-1 is compared with an exact (flat) search over the s
 embedder, against a search right after another query's search (interleaved, each timed query
 searched once): what a cold CPU cache costs the lookup's search.
 
+``--guard-cost`` instead times what the slot guard adds to a lookup that hits: two semantic
+functions hold the pair file's cached texts, the default policy and the same threshold with
+``guard=None``, both embedding from a table of the real model's vectors (no forward pass, whose
+milliseconds of noise would hide a tenth of one). Each duplicate pair's query is looked up once in
+each, alternating which goes first; only queries that hit in both are kept. Stored texts are
+parsed at their first comparison and memoised, as in a running cache (``--cold`` clears the memo
+before each guarded lookup: the first comparison with a new entry). Printed: p50 of each, and the
+p50 and p90 of the per-query difference.
+
 Examples::
 
     python bench/semantic_latency.py ../shared/data/qqp_pairs_dev.jsonl
     python bench/semantic_latency.py ../shared/data/qqp_pairs_dev.jsonl --sizes 10000,100000
+    python bench/semantic_latency.py ../shared/data/qqp_pairs_dev.jsonl --guard-cost
 """
 
 from __future__ import annotations
@@ -49,8 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 from _data import load_texts
 
-from cachekit import Cache
+from cachekit import Cache, Status
 from cachekit.semantic.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.policy import ThresholdPolicy
+from cachekit.semantic.slots import text_slots
 from cachekit.semantic.tier import entry_id
 
 SCOPE_MODEL = "bench"
@@ -123,6 +135,70 @@ def approx_quality(
     return statistics.median(times), pct(times, 99), float(same.mean()), agree, shortfall
 
 
+class TableEmbedder:
+    """Precomputed vectors: a lookup without a forward pass (the tier's own work)."""
+
+    name = "table"
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+        self.dim = len(next(iter(table.values())))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.table[t] for t in texts])
+
+
+def duplicate_pairs(path: Path) -> list[tuple[str, str]]:
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return [(r["query"], r["cached"]) for r in rows if r["duplicate"] and r["query"] != r["cached"]]
+
+
+def guard_cost(path: Path, embedder: Any, cold: bool) -> None:
+    pairs = duplicate_pairs(path)
+    texts = sorted({t for pair in pairs for t in pair})
+    table = dict(zip(texts, embedder.embed(texts), strict=True))
+    funcs = {}
+    for label, policy in (("guarded", ThresholdPolicy()), ("unguarded", ThresholdPolicy(
+        ThresholdPolicy().threshold, guard=None))):  # fmt: skip
+        cache = Cache(default_ttl=None)
+
+        @cache.semantic(policy=policy, ttl=None, embedder=TableEmbedder(table), batching=False)
+        def answer(prompt: str, *, model: str) -> str:
+            raise AssertionError("the benchmark never computes")
+
+        answer.put_many([(f"v{i}", (c,), {"model": "m"}) for i, (_, c) in enumerate(pairs)])
+        funcs[label] = answer
+    for _, c in pairs:
+        text_slots(c)  # a running cache parsed each stored text at its first comparison
+    kept: dict[str, list[float]] = {"guarded": [], "unguarded": []}
+    for i, (query, _) in enumerate(pairs):
+        order = ["guarded", "unguarded"] if i % 2 else ["unguarded", "guarded"]
+        took, hit = {}, True
+        for label in order:
+            if cold and label == "guarded":
+                text_slots.cache_clear()
+            t0 = time.perf_counter()
+            r = funcs[label].lookup(query, model="m")
+            took[label] = (time.perf_counter() - t0) * 1e3
+            hit = hit and r.status is Status.SEMANTIC_HIT
+        if hit:
+            for label in kept:
+                kept[label].append(took[label])
+    diff = sorted(g - u for g, u in zip(kept["guarded"], kept["unguarded"], strict=True))
+    print(
+        f"guard cost on {len(diff)} hitting lookups ({'cold' if cold else 'memoised'} stored "
+        f"texts): guarded p50 {pct(kept['guarded'], 50):.3f} ms, unguarded p50 "
+        f"{pct(kept['unguarded'], 50):.3f} ms; per-query difference p50 "
+        f"{pct(diff, 50):.3f} ms, p90 {pct(diff, 90):.3f} ms"
+    )
+    for f in funcs.values():
+        f.close()
+        f.cache.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pairs", type=Path, help="pair file whose texts are used (query, cached)")
@@ -141,6 +217,8 @@ def main() -> None:
         "--real", type=int, default=None, help="use only this many real cached texts (default: all)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--guard-cost", action="store_true", help="time the slot guard on hits only")
+    p.add_argument("--cold", action="store_true", help="with --guard-cost: stored texts unparsed")
     p.add_argument(
         "--torch-threads",
         type=int,
@@ -150,6 +228,9 @@ def main() -> None:
         "baseline at its uncontended speed, the harder baseline",
     )
     args = p.parse_args()
+    if args.guard_cost:
+        guard_cost(args.pairs, SentenceTransformerEmbedder(backend="onnx").load(), args.cold)
+        return
     sizes = sorted(int(s) for s in args.sizes.split(","))
     args.ef = [int(x) for x in args.ef.split(",") if x.strip()]
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))

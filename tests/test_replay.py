@@ -15,6 +15,7 @@ import pytest
 
 from cachekit.replay.cli import parse_sweep
 from cachekit.replay.logs import FIRST_LINES_KEPT
+from cachekit.replay.report import NearMiss, Report, pick_near_sample
 from cachekit.replay.runner import ReplayOptions, run_replay
 from cachekit.semantic.testing import DeterministicTestEmbedder
 
@@ -24,6 +25,10 @@ NEAR_MISS = "how do I reset the password of my office wifi router"
 OTHER = "how do I change the name of my home wifi network"
 FRANCE = "what is the capital of france"
 PRIME = "name a prime number"
+# A request that differs from an earlier one only in a number: as close as a paraphrase to the
+# embedder, refused by the slot guard.
+DRIVE_61 = "how long does it take to drive 61 km to the airport from the train station"
+DRIVE_63 = "how long does it take to drive 63 km to the airport from the train station"
 THRESHOLD = 0.85
 
 # Dollars per million tokens chosen so every cost below is a round number: $0.2 for a
@@ -216,6 +221,9 @@ def test_the_texts_are_what_the_expectations_assume() -> None:
     for text in (OTHER, FRANCE, PRIME):
         assert cos(ROUTER, text) < THRESHOLD
         assert cos(NEAR_MISS, text) < THRESHOLD
+    assert cos(DRIVE_61, DRIVE_63) >= 0.88  # would hit at 0.85 and 0.88 but for the number
+    for text in (ROUTER, PARAPHRASE, NEAR_MISS, OTHER, FRANCE, PRIME):
+        assert cos(DRIVE_61, text) < THRESHOLD and cos(DRIVE_63, text) < THRESHOLD
 
 
 def _check_headline(d: dict[str, Any]) -> None:
@@ -614,3 +622,185 @@ def test_config_names_its_policy_and_refuses_unknown_ones() -> None:
         assert isinstance(llm.policy, ErrorBoundedPolicy) and llm.policy.max_error == 0.02
     finally:
         llm.cache.close()
+
+
+# ---------------------------------------------------------------------- refused near misses
+
+
+def _numbers_log(answer: str = "M", kind: str = "near_miss") -> list[Any]:
+    """LOG, then a request (n1) and one (n2) that differs from it only in a number; n2's truth
+    line says whether n1's answer serves it (``answer`` "N" is n1's)."""
+    return [
+        *LOG,
+        ("n1", "acme", "gpt-4o-mini", DRIVE_61, False, "N", "new", 1000.0, None),
+        ("n2", "acme", "gpt-4o-mini", DRIVE_63, False, answer, kind, 1000.0, None),
+    ]
+
+
+def _numbers_report(tmp_path: Path, log: list[Any] | None = None, **kw: Any) -> Report:
+    log = log if log is not None else _numbers_log()
+    records = write_records(tmp_path / "log.jsonl", log)
+    truth = write_truth(tmp_path / "truth.jsonl", log)
+    return run_replay(records, truth_path=truth, options=_opts(**kw))
+
+
+@pytest.mark.parametrize(
+    "answer,kind,verdict", [("M", "near_miss", False), ("N", "paraphrase", True)]
+)
+def test_a_number_apart_is_refused_and_listed(
+    tmp_path: Path, answer: str, kind: str, verdict: bool
+) -> None:
+    report = _numbers_report(tmp_path, _numbers_log(answer, kind))
+    d = report.to_dict()
+    # The headline's hits and nothing more: n2 is as close to n1 as a paraphrase, yet misses.
+    assert d["hits"] == {"exact": 2, "semantic": 2} and d["misses"] == 9
+    first = report.near_sample[0]  # the only judged-True one, or the most similar judged False
+    assert (first.custom_id, first.nearest_custom_id) == ("n2", "n1")
+    assert (first.text, first.nearest_text) == (DRIVE_63, DRIVE_61)
+    assert first.reason.startswith("slots: numbers") and "61" in first.reason
+    assert first.similarity >= 0.88
+    assert first.verdict is verdict
+    assert d["near_sample"][0] == {
+        "custom_id": "n2",
+        "text": DRIVE_63,
+        "nearest_custom_id": "n1",
+        "nearest_text": DRIVE_61,
+        "similarity": pytest.approx(first.similarity),
+        "reason": first.reason,
+        "verdict": verdict,
+    }
+
+
+def test_without_truth_the_listing_is_by_similarity_and_unjudged(tmp_path: Path) -> None:
+    log = write_records(tmp_path / "log.jsonl", _numbers_log())
+    report = run_replay(log, options=_opts())
+    sims = [n.similarity for n in report.near_sample]
+    assert report.near_sample[0].custom_id == "n2"
+    assert sims == sorted(sims, reverse=True) and len(sims) > 1
+    assert all(n.verdict is None for n in report.near_sample)
+    assert "wrong_sample" not in report.to_dict()
+
+
+def test_the_nearest_entry_is_named_within_its_scope(tmp_path: Path) -> None:
+    # x1 (globex) and n1 (acme) store the same text; x2's nearest entry is x1's, in its own scope,
+    # though n1 stored that text last.
+    log = [
+        ("x1", "globex", "gpt-4o-mini", DRIVE_61, False, "X", "new", 1000.0, None),
+        ("n1", "acme", "gpt-4o-mini", DRIVE_61, False, "N", "new", 1000.0, None),
+        ("x2", "globex", "gpt-4o-mini", DRIVE_63, False, "Y", "near_miss", 1000.0, None),
+    ]
+    report = _numbers_report(tmp_path, log)
+    [near] = report.near_sample
+    assert (near.custom_id, near.nearest_custom_id) == ("x2", "x1")
+
+
+def test_the_nearest_entry_is_named_after_the_request_that_stored_it_last(
+    tmp_path: Path,
+) -> None:
+    # r1's entry expires (the default TTL is an hour), r2 stores the same text again (the entry
+    # is replaced), so r3's nearest entry holds r2's answer, not r1's.
+    rows = [
+        {
+            "custom_id": cid,
+            "request": _body(text),
+            "response": _completion(cid, text, "gpt-4o-mini"),
+            "timestamp": 1_700_000_000 + at,
+        }
+        for cid, text, at in (("r1", DRIVE_61, 0), ("r2", DRIVE_61, 7200), ("r3", DRIVE_63, 7201))
+    ]
+    report = run_replay(_lines(tmp_path / "log.jsonl", rows), options=_opts())
+    assert report.to_dict()["misses"] == 3
+    [near] = report.near_sample
+    assert (near.custom_id, near.nearest_custom_id) == ("r3", "r2")
+
+
+def test_refusal_counts_by_kind_in_the_json_report(
+    tmp_path: Path, prices: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachekit import cli
+    from cachekit.replay import runner
+
+    real = runner.ReplayOptions
+    monkeypatch.setattr(
+        runner, "ReplayOptions", lambda **kw: real(embedder=DeterministicTestEmbedder(64), **kw)
+    )
+    log = _numbers_log()
+    out_json = tmp_path / "r.json"
+    args = ["replay", str(write_records(tmp_path / "log.jsonl", log)), "--quiet"]
+    args += ["--truth", str(write_truth(tmp_path / "t.jsonl", log)), "--prices", str(prices)]
+    assert cli.main([*args, "--sweep", "0.85:0.95:0.1", "--json", str(out_json)]) == 0
+    d = json.loads(out_json.read_text())
+    points = {p["threshold"]: p for p in d["sweep"]}
+    low, high = points[0.85]["refusals"], points[0.95]["refusals"]
+    # Misses with an entry in their scope: a5, s1, t1, t2, n1, n2 (a1, g1 and m1 found none).
+    assert sum(low.values()) == 6 and low["numbers"] >= 1
+    # At 0.95 the paraphrase a3 and the near miss a4 miss too, refused by the threshold.
+    assert high["threshold"] == low["threshold"] + 2 and high["numbers"] == low["numbers"]
+    # The headline (the default threshold): every miss but a1, g1 and m1 has a refusal.
+    assert sum(d["refusals"].values()) == d["misses"] - 3
+    assert d["refusals"]["numbers"] == low["numbers"]
+    assert d["near_sample"][0]["custom_id"] == "n2"
+    [wrong] = points[0.85]["wrong_sample"]
+    assert (wrong["custom_id"], wrong["served_custom_id"]) == ("a4", "a1")
+
+
+def test_terminal_and_html_show_the_refused_near_misses(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from cachekit.replay.html import render_html
+    from cachekit.replay.render import print_report
+
+    report = _numbers_report(tmp_path)
+    console = Console(record=True, width=400, file=io.StringIO())
+    print_report(report, console)
+    text, page = console.export_text(), render_html(report)
+    for shown in (text, page):
+        assert "Refused near misses (sample)" in shown
+        assert "nearest refused: numbers" in shown and "nearest refused: threshold" in shown
+        assert report.near_sample[0].reason in shown
+        assert DRIVE_63 in shown and f"{DRIVE_61} (n1)" in shown
+    # Every listed refusal is judged: each kept a wrong answer out (nothing here was a paraphrase).
+    rows = len(report.near_sample)
+    assert rows > 1 and all(n.verdict is False for n in report.near_sample)
+    assert text.count("prevented wrong hit") == rows and "missed paraphrase" not in text
+    assert page.count("<td>prevented wrong hit</td>") == rows
+
+    lone = run_replay(write_records(tmp_path / "one.jsonl", LOG[:1]), options=_opts())
+    quiet = Console(record=True, width=400, file=io.StringIO())
+    print_report(lone, quiet)
+    for shown in (quiet.export_text(), render_html(lone)):
+        assert "Refused near misses" not in shown and "nearest refused" not in shown
+
+
+def _near(cid: str, similarity: float, verdict: bool | None) -> NearMiss:
+    return NearMiss(cid, "q", "e", "t", similarity, "slots: numbers 1 != 2", verdict)
+
+
+def test_near_sample_shows_missed_paraphrases_first_and_both_kinds() -> None:
+    right = [_near(f"r{i}", 0.90 + i / 100, True) for i in range(8)]
+    wrong = [_near(f"w{i}", 0.80 + i / 100, False) for i in range(3)]
+    unjudged = [_near("u", 0.99, None)]
+    picked = pick_near_sample([*wrong, *unjudged, *right], judged=True, size=10)
+    # Three prevented wrong hits are all there are: the missed paraphrases take the rest.
+    assert [n.custom_id for n in picked] == [f"r{i}" for i in range(7, 0, -1)] + [
+        "w2",
+        "w1",
+        "w0",
+    ]
+    few = pick_near_sample([*right[:2], *wrong[:1], *unjudged], judged=True, size=10)
+    assert [n.custom_id for n in few] == ["r1", "r0", "w0", "u"]  # unjudged only fill in
+    plain = pick_near_sample([*wrong, *unjudged, *right], judged=False, size=3)
+    assert [n.custom_id for n in plain] == ["u", "r7", "r6"]
+
+
+def test_listed_texts_are_cut_around_their_difference() -> None:
+    from cachekit.replay.render import shorten_pair
+
+    preamble = "You are a careful assistant for the billing team of a small company. " * 8
+    a, b = shorten_pair(preamble + "What is the fee on 61 units?", preamble + "And on 63 units?")
+    assert len(a) <= 90 and len(b) <= 90
+    assert a.startswith("…") and a.endswith("What is the fee on 61 units?")
+    assert b.endswith("And on 63 units?")
+    assert shorten_pair(DRIVE_61, DRIVE_63) == (DRIVE_61, DRIVE_63)  # short texts: whole

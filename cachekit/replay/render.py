@@ -123,13 +123,15 @@ def verdict_label(verdict: bool | None) -> str:
 
 
 def shorten_pair(a: str, b: str, width: int = NEAR_TEXT_WIDTH) -> tuple[str, str]:
-    """Both texts cut to about ``width`` characters from a little before where they first
-    differ: two long prompts sharing a preamble would otherwise show the same opening twice and
-    hide the difference that made the refusal."""
+    """Both texts cut to about ``width`` characters, starting a little before where they first
+    differ when that is past the opening: two long prompts sharing a preamble would otherwise
+    show the same opening twice and hide the difference that made the refusal."""
     a, b = " ".join(a.split()), " ".join(b.split())
-    common = _common_prefix(a, b)
-    start = max(0, common - width // 4)
-    if start > 0:
+    context = width // 4
+    start = _common_prefix(a, b) - context
+    if start + context <= width - context:  # the difference shows in the opening
+        start = 0
+    else:
         start = a.rfind(" ", 0, start) + 1  # a word boundary (the texts agree up to there)
     return _window(a, start, width), _window(b, start, width)
 

@@ -113,6 +113,8 @@ class HitArbiter:
         self.policy = policy
         #: The slot check every candidate passes before the policy sees it (the policy's).
         self.guard = guard_of(policy)
+        #: Similarity below which the policy never serves (``policy.floor``, when it says).
+        self.floor = _floor_of(policy)
         #: Misses by why the nearest candidate was not served (see ``slots.refusal_kind``).
         self.refusals: Counter[str] = Counter()
         self._decode = decode
@@ -180,6 +182,7 @@ class HitArbiter:
         cands: list[Candidate] = []
         why_first: str | None = None
         guard = self.guard
+        floor = self.floor
         with self._lock:
             records = [self._stats.get(entry.id, NO_STATS) for _, entry in live]
         for i, ((score, entry), st) in enumerate(zip(live, records, strict=True)):
@@ -187,8 +190,10 @@ class HitArbiter:
             why: str | None
             if bar is not None and score <= bar:
                 why = f"demoted: refuted at similarity {bar:.3f}"
+            elif guard is None or score < floor:
+                why = None  # below the policy's floor it is never served: no need to check
             else:
-                why = guard.check(query, entry.text) if guard is not None else None
+                why = guard.check(query, entry.text)
             if why is None:
                 offered.append(i)
                 cands.append(Candidate(entry.id, entry.text, score, st))
@@ -336,6 +341,11 @@ class HitArbiter:
             "feedback_reports": self.reports,
             "feedback_evictions": self.evicted,
         }
+
+
+def _floor_of(policy: object) -> float:
+    floor = getattr(policy, "floor", None)
+    return float(floor) if isinstance(floor, (int, float)) and not isinstance(floor, bool) else -2.0
 
 
 def merged_stats(a: EntryStats, b: EntryStats) -> EntryStats:

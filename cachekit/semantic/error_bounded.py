@@ -113,6 +113,11 @@ class ErrorBoundedPolicy:
         kind = "verified" if self.verifier is not None else "cosine"
         return f"error-bounded:{self.max_error:g}:{kind}"
 
+    @property
+    def floor(self) -> float:
+        """Never serves (nor explores) below its pre-filter."""
+        return self.prefilter
+
     # ------------------------------------------------------------------ scoring
 
     def score(self, query: str, candidate: Candidate) -> float:

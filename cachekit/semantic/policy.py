@@ -112,7 +112,9 @@ class HitPolicy(Protocol):
     :class:`~cachekit.semantic.slots.SlotCheck`; see :func:`guard_of`): one whose numbers,
     polarity, names or identifiers differ from the query's, or whose text is past the embedder's
     window, is never offered. A policy without a ``guard`` attribute gets
-    :data:`~cachekit.semantic.slots.DEFAULT_GUARD`; ``guard = None`` opts out.
+    :data:`~cachekit.semantic.slots.DEFAULT_GUARD`; ``guard = None`` opts out. A policy that
+    never serves below some similarity may say so as ``floor``: candidates under it reach
+    ``decide`` unchecked (the check would be wasted on them).
     """
 
     @property
@@ -157,6 +159,11 @@ class ThresholdPolicy:
             if c.similarity >= self.threshold:
                 return Decision(serve=i)
         return below_threshold(candidates[0].similarity, self.threshold) if candidates else MISS
+
+    @property
+    def floor(self) -> float:
+        """Never serves below its threshold."""
+        return self.threshold
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """A static threshold learns nothing (the tier still demotes refuted entries)."""

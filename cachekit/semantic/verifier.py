@@ -175,6 +175,11 @@ class VerifiedPolicy:
     def name(self) -> str:
         return f"verified:{self.min_probability:.2f}"
 
+    @property
+    def floor(self) -> float:
+        """Never serves below its pre-filter."""
+        return self.prefilter
+
     def scores(self, query: str, candidates: Sequence[Candidate]) -> list[float | None]:
         """Each candidate's probability (None below the pre-filter)."""
         return [
