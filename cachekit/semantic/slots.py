@@ -200,13 +200,14 @@ _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())} | {"sept": 9})
 _NEGATIONS = frozenset(
     "not no never none nothing nobody nowhere neither nor without cannot unable "
     "dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt cant havent "
-    "hasnt hadnt mustnt neednt aint shant".split()
+    "hasnt hadnt mustnt neednt aint shant lack lacks lacking".split()
 )
 
 #: Oppositions: each line is one axis, its two sides separated by ``|``. Inflections (-s, -es,
 #: -ed, -d, -ing, -er, -est) are added.
 _OPPOSITIONS = """
-enable activate | disable deactivate
+enable activate turn_on switch_on power_on | disable deactivate turn_off switch_off power_off
+log_in sign_in login signin | log_out sign_out logout signout
 add insert append | remove
 create | delete destroy
 increase raise boost | decrease reduce lower
@@ -310,6 +311,7 @@ def _build_poles() -> dict[str, tuple[tuple[int, int], ...]]:
 
 
 _POLES = _build_poles()
+_POLE_WORDS = frozenset(_POLES)
 _AXIS_NAMES = [
     line.split("|")[0].split()[0] + "/" + line.split("|")[1].split()[0]
     for line in _OPPOSITIONS.strip().splitlines()
@@ -317,6 +319,8 @@ _AXIS_NAMES = [
 ]
 
 # Words that read as a name when capitalised inside a sentence but are not one.
+#: Second words of the phrasal verbs in ``_OPPOSITIONS`` ("turn on", "log out").
+_PARTICLES = frozenset({"on", "off", "in", "out"})
 _NOT_NAMES = frozenset("i i'm i've i'd i'll ok okay mr mrs ms dr prof sir st".split())
 _CUE_BEFORE = frozenset(
     "install uninstall import require upgrade add".split()
@@ -389,15 +393,17 @@ _DATE_DMY = re.compile(
     re.IGNORECASE,
 )
 _NUM = re.compile(
-    r"(?P<cur>[$€£])?\s?(?P<num>\d+(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)*)"
+    r"(?P<cur>[$€£])?\s?(?P<sign>(?<![\w.-])[-\u2212])?(?P<num>\d+(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)*)"
     r"(?P<suffix>st|nd|rd|th|k|m|bn|b)?\b(?P<pct>\s?%)?"
 )
 _DIGIT = re.compile(r"\d")
 _LIST_MARKER = re.compile(r"\d{1,2}[.)]\s")
 _WORDISH = re.compile(r"[a-z]+(?:'[a-z]+)?|[$€£%°]")
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # curly apostrophes are folded first
-_CAP_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'&-]*")
-_SENTENCE_END = frozenset(".?!:;\n\"'(`*#>-[")
+_UPPER = re.compile(r"[A-Z]")
+_EDGE_PUNCT = ".,;:!?\"'()[]{}<>`*#~"
+_OPENERS = frozenset("\"'([`*#>-")
+_CLOSERS = frozenset(".?!:;")
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,6 +509,8 @@ def _digit_numbers(text: str) -> list[tuple[int, Number]]:
         suffix = m["suffix"]
         ordinal = suffix in ("st", "nd", "rd", "th")
         value = _canon_number(m["num"], None if ordinal else suffix)
+        if m["sign"] and value.strip("0.") != "":
+            value = "-" + value  # -9 °C is not 9 °C
         unit: str | None
         if m["pct"]:
             unit = "%"
@@ -568,21 +576,30 @@ def _numbers(text: str, tokens: frozenset[str]) -> tuple[Number, ...]:
 def _names(text: str) -> frozenset[str]:
     """Capitalised words inside a sentence, acronyms and CamelCase words, lower-cased. A text in
     Title Case (most words inside its sentences capitalised) gives acronyms and CamelCase only."""
-    words: list[tuple[str, bool]] = []
-    prev_end = 0
-    for m in _CAP_WORD.finditer(text):
-        gap = text[prev_end : m.start()]
-        words.append((m.group(0), prev_end == 0 or any(c in _SENTENCE_END for c in gap)))
-        prev_end = m.end()
-    inner = [w for w, first in words if not first]
-    title_case = len(inner) >= 3 and sum(w[0].isupper() for w in inner) >= 0.7 * len(inner)
-    out = set()
-    for w, first in words:
-        if w.islower():
+    if not _UPPER.search(text):
+        return frozenset()
+    found: list[tuple[str, bool]] = []
+    inner = inner_caps = 0
+    first = True
+    for raw in text.replace("\n", " \n ").split(" "):
+        if not raw or raw == "\n":
+            first = first or raw == "\n"
             continue
-        inner_caps = any(c.isupper() for c in w[1:])
-        if inner_caps or (w[0].isupper() and not first and not title_case):
-            name = w.lower().strip("'&-").removesuffix("'s")
+        word = raw.strip(_EDGE_PUNCT)
+        starts = first or raw[0] in _OPENERS
+        first = raw[-1] in _CLOSERS
+        if not word or not word[0].isalpha():
+            continue
+        if not starts:
+            inner += 1
+            inner_caps += word[0].isupper()
+        if not word.islower():
+            found.append((word, starts))
+    title_case = inner >= 3 and inner_caps >= 0.7 * inner
+    out = set()
+    for word, starts in found:
+        if any(c.isupper() for c in word[1:]) or not (starts or title_case or word[0].islower()):
+            name = word.lower().removesuffix("'s")
             if len(name) > 1 and name not in _NOT_NAMES:
                 out.add(name)
     return frozenset(out)
@@ -628,9 +645,20 @@ def estimate_tokens(text: str) -> int:
     return n + 2  # [CLS] and [SEP]
 
 
+def _pole_words(tokens: list[str], token_set: frozenset[str]) -> set[str]:
+    """The words (and "turn on"-like phrases) of ``tokens`` that name a side of an opposition."""
+    found = set(token_set & _POLE_WORDS)
+    if not _PARTICLES.isdisjoint(token_set):
+        pairs = {f"{x}_{y}" for x, y in itertools.pairwise(tokens) if y in _PARTICLES}
+        found |= pairs & _POLE_WORDS
+    return found
+
+
 def _negations(tokens: list[str]) -> int:
     """Negations, less those that only offer an alternative ("... or not", "why or why not",
     "yes or no")."""
+    if _NEGATIONS.isdisjoint(tokens):
+        return 0
     n = 0
     for i, t in enumerate(tokens):
         if t in _NEGATIONS and not (t in ("not", "no") and "or" in tokens[max(0, i - 2) : i]):
@@ -646,7 +674,7 @@ def text_slots(text: str) -> TextSlots:
     tokens = [t.replace("'", "") for t in _TOKEN.findall(lowered)]
     token_set = frozenset(tokens)
     idents, anchored = _identifiers(normal, tokens)
-    poles = frozenset(p for t in tokens for p in _POLES.get(t, ()))
+    poles = frozenset(p for t in _pole_words(tokens, token_set) for p in _POLES[t])
     return TextSlots(
         words=tuple(tokens),
         tokens=token_set,
@@ -670,9 +698,8 @@ def _shown(numbers: list[Number]) -> str:
 def _numbers_differ(a: TextSlots, b: TextSlots) -> str | None:
     """Numbers compared as a multiset ("the 2015 or the 2016 model" is "the 2016 or the 2015
     model"); a number without a unit matches the same number with one."""
-    strong_a, strong_b = a.strong_values, b.strong_values
-    xs = [n for n in a.numbers if not n.weak or n.value in strong_b]
-    ys = [n for n in b.numbers if not n.weak or n.value in strong_a]
+    xs = [n for n in a.numbers if _counts(n, b)]
+    ys = [n for n in b.numbers if _counts(n, a)]
     left = list(ys)
     unmatched = []
     for x in xs:
@@ -684,6 +711,15 @@ def _numbers_differ(a: TextSlots, b: TextSlots) -> str | None:
     if not unmatched and not left:
         return None
     return f"slots: numbers {_shown(unmatched)} != {_shown(left)}"
+
+
+def _counts(n: Number, other: TextSlots) -> bool:
+    """An ambiguous word ("one", "first", "second") is a number when the other text has its
+    value, or another ambiguous one ("the first quarter" / "the second quarter")."""
+    if not n.weak:
+        return True
+    values = {m.value for m in other.numbers}
+    return n.value in values or any(m.weak and m.value != n.value for m in other.numbers)
 
 
 def _same_number(x: Number, y: Number) -> bool:
