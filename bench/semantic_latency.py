@@ -24,13 +24,13 @@ embedder, against a search right after another query's search (interleaved, each
 searched once): what a cold CPU cache costs the lookup's search.
 
 ``--guard-cost`` instead times what the slot guard adds to a lookup that hits: two semantic
-functions hold the pair file's cached texts, the default policy and the same threshold with
-``guard=None``, both embedding from a table of the real model's vectors (no forward pass, whose
-milliseconds of noise would hide a tenth of one). Each duplicate pair's query is looked up once in
-each, alternating which goes first; only queries that hit in both are kept. Stored texts are
-parsed at their first comparison and memoised, as in a running cache (``--cold`` clears the memo
-before each guarded lookup: the first comparison with a new entry). Printed: p50 of each, and the
-p50 and p90 of the per-query difference.
+functions hold the pair file's cached texts, the default policy and the same threshold with no
+slot work at all (``guard=None, number_bonus=0``), both embedding from a table of the real
+model's vectors (no forward pass, whose milliseconds of noise would hide a tenth of one). Each
+duplicate pair's query is looked up once in each, alternating which goes first; only queries that
+hit in both are kept. Stored texts are parsed at their first comparison and memoised, as in a
+running cache (``--cold`` clears the memo before each guarded lookup: the first comparison with a
+new entry). Printed: p50 of each, and the p50 and p90 of the per-query difference.
 
 Examples::
 
@@ -161,8 +161,8 @@ def guard_cost(path: Path, embedder: Any, cold: bool) -> None:
     texts = sorted({t for pair in pairs for t in pair})
     table = dict(zip(texts, embedder.embed(texts), strict=True))
     funcs = {}
-    for label, policy in (("guarded", ThresholdPolicy()), ("unguarded", ThresholdPolicy(
-        ThresholdPolicy().threshold, guard=None))):  # fmt: skip
+    plain = ThresholdPolicy(ThresholdPolicy().threshold, guard=None, number_bonus=0.0)
+    for label, policy in (("guarded", ThresholdPolicy()), ("unguarded", plain)):
         cache = Cache(default_ttl=None)
 
         @cache.semantic(policy=policy, ttl=None, embedder=TableEmbedder(table), batching=False)

@@ -12,10 +12,9 @@ looked up (``answer.lookup``, a probe) and then called, in order. A value differ
 request's own meaning is a WRONG answer served (``cross``: taken from another family). A
 paraphrase whose meaning was requested earlier is *hittable*; ``served`` counts those answered
 from the cache with the right value. Two configurations run on the same stream, interleaved per
-repetition: ``default`` (``@cache.semantic`` with no policy: the library's default, guard
-included once it exists) and ``unguarded`` (``ThresholdPolicy(0.92, guard=None)``; on a library
-without the ``guard=`` keyword, plain ``ThresholdPolicy(0.92)``). Both share one embedder, so
-each text is encoded once.
+repetition: ``default`` (``@cache.semantic`` with no policy: the library's default, the slot
+guard at 0.90) and ``unguarded``, the former default (``ThresholdPolicy(0.92, guard=None,
+number_bonus=0)``). Both share one embedder, so each text is encoded once.
 
 Exposure (independent of the cache): for each first request of a meaning, the cosine to the
 nearest earlier request of its own family with another meaning (``sibling``) and of any other
@@ -34,7 +33,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import os
 import statistics
@@ -117,23 +115,8 @@ class Result:
 
 
 def unguarded_policy() -> Any:
-    """``ThresholdPolicy(0.92, guard=None)``, or ``ThresholdPolicy(0.92)`` where the keyword
-    does not exist yet."""
-    policy_type: Any = ThresholdPolicy
-    if not has_guard_keyword():
-        return policy_type(BASELINE_THRESHOLD)
-    return policy_type(BASELINE_THRESHOLD, guard=None)
-
-
-@functools.cache
-def has_guard_keyword() -> bool:
-    policy_type: Any = ThresholdPolicy
-    try:
-        policy_type(BASELINE_THRESHOLD, guard=None)
-    except TypeError:
-        print("note: ThresholdPolicy has no guard= keyword yet; unguarded = ThresholdPolicy(0.92)")
-        return False
-    return True
+    """The former default: a threshold of 0.92 and no slot work at all."""
+    return ThresholdPolicy(BASELINE_THRESHOLD, guard=None, number_bonus=0.0)
 
 
 CONFIGS = (Config("default", None), Config("unguarded", unguarded_policy))

@@ -5,7 +5,8 @@ all sharing one embedder so every text is encoded once:
 
 * ``default``: the library's default (``ThresholdPolicy()``: the slot guard at 0.90);
 * ``guard@0.92``: the guard at the former default threshold;
-* ``unguarded@0.90``, ``unguarded@0.92`` (the former default): ``ThresholdPolicy(t, guard=None)``.
+* ``unguarded@0.90``, ``unguarded@0.92`` (the former default): no slot work at all,
+  ``ThresholdPolicy(t, guard=None, number_bonus=0)``.
 
 Protocols (``../shared/data/README.md``):
 
@@ -46,8 +47,8 @@ from cachekit.semantic.policy import ThresholdPolicy
 CONFIGS: dict[str, Callable[[], ThresholdPolicy]] = {
     "default": ThresholdPolicy,
     "guard@0.92": lambda: ThresholdPolicy(0.92),
-    "unguarded@0.90": lambda: ThresholdPolicy(0.90, guard=None),
-    "unguarded@0.92": lambda: ThresholdPolicy(0.92, guard=None),
+    "unguarded@0.90": lambda: ThresholdPolicy(0.90, guard=None, number_bonus=0.0),
+    "unguarded@0.92": lambda: ThresholdPolicy(0.92, guard=None, number_bonus=0.0),
 }
 
 

@@ -240,6 +240,14 @@ SLOT_SWAPS = [
     ("Which foods are gluten-free?", "Which foods are not gluten-free?", "slots: negation"),
     ("Which countries drive on the left?", "Which countries drive on the right?", "slots: opp"),
     ("What is the capital city of Austria?", "What is the capital city of Australia?", "slots: n"),
+    ("How do I install numpy on Windows?", "How do I install pandas on Windows?", "slots: i"),
+    (
+        "You answer for a bank, from its policy only, and say when the policy does not cover the "
+        "question. Policy: accounts may be closed online at any time. How do I close my account?",
+        "You answer for a bank, from its policy only, and say when the policy does not cover the "
+        "question. Policy: accounts may be closed online at any time. How do I open an account?",
+        "preamble",
+    ),
 ]
 
 

@@ -10,8 +10,10 @@ stands between a slot-swapped prompt and a hit, and a test cannot pass by the em
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from cachekit import Cache, Status
 from cachekit.llm import LLMCacheConfig, build_cache
+from cachekit.replay.runner import ReplayOptions, run_replay
 from cachekit.semantic.error_bounded import ErrorBoundedPolicy
 from cachekit.semantic.policies import build_policy
 from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy, guard_of
@@ -233,8 +236,27 @@ async def run(fn: Any, is_async: bool, method: str, *args: Any) -> Any:
     return await out if is_async else out
 
 
+LONG = "The tenant shall keep the premises in good repair at all times. " * 30
+PREAMBLE = (
+    "You are a careful assistant for a bank. Answer from the policy below and say when it does "
+    "not cover the question. Policy: accounts may be closed online at any time. "
+)
+#: One example of every rule: the first of each kind above, a long prompt and a preamble.
+ONE_PER_RULE = [
+    *{kind: (q, c, kind) for q, c, kind in reversed(REFUSED)}.values(),
+    (LONG + "What is the notice period?", LONG + "Who pays for repairs?", "truncated"),
+    (PREAMBLE + "How do I close my account?", PREAMBLE + "How do I open one?", "preamble"),
+]
+
+
+def test_one_per_rule_covers_every_kind() -> None:
+    assert sorted(kind for _, _, kind in ONE_PER_RULE) == sorted(
+        ["numbers", "negation", "opposites", "names", "identifiers", "truncated", "preamble"]
+    )
+
+
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize(("query", "stored", "kind"), REFUSED[::3])
+@pytest.mark.parametrize(("query", "stored", "kind"), ONE_PER_RULE)
 async def test_tier_never_serves_a_slot_swap(
     closing: Any, is_async: bool, query: str, stored: str, kind: str
 ) -> None:
@@ -245,6 +267,38 @@ async def test_tier_never_serves_a_slot_swap(
     assert miss.reason is not None and refusal_kind(miss.reason) == kind
     assert miss.matched_text == stored
     assert await run(answer, is_async, "__call__", query) == "answer to " + query
+
+
+@pytest.mark.parametrize(("query", "stored", "kind"), ONE_PER_RULE)
+def test_replay_refuses_and_lists_each_rule(
+    tmp_path: Path, query: str, stored: str, kind: str
+) -> None:
+    """Replay runs the production cache: the second request misses, and the listing says why."""
+    log = tmp_path / "log.jsonl"
+    truth = tmp_path / "truth.jsonl"
+    lines, facts = [], []
+    for cid, text, answer in (("r1", stored, "A"), ("r2", query, "B")):
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+        response = {
+            "id": f"chatcmpl-{cid}",
+            "object": "chat.completion",
+            "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": answer}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }  # fmt: skip
+        lines.append({"custom_id": cid, "request": body, "response": response})
+        facts.append({"custom_id": cid, "kind": "new", "answer": answer, "equivalent_to": None})
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    truth.write_text("".join(json.dumps(x) + "\n" for x in facts))
+    report = run_replay(
+        log, truth_path=truth, options=ReplayOptions(embedder=SameVectorTestEmbedder())
+    )
+    assert report.semantic_hits == 0 and report.wrong_hits == 0
+    assert report.refusals == {kind: 1}
+    (near,) = report.near_sample
+    assert (near.custom_id, near.nearest_custom_id) == ("r2", "r1")
+    assert refusal_kind(near.reason) == kind and near.verdict is False
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
@@ -313,6 +367,24 @@ def test_threshold_miss_says_so(closing: Any) -> None:
 
 
 # ---------------------------------------------------------------------- policies and config
+
+
+def test_matching_numbers_lower_the_bar_a_little() -> None:
+    policy = ThresholdPolicy(0.9)
+    assert policy.floor == pytest.approx(0.86)
+    same = "What is 17 plus 25?", "17 + 25 = ?"
+    assert policy.bar(*same) == pytest.approx(0.86)
+    assert policy.decide(same[0], [Candidate(1, same[1], 0.87)]) == Decision(serve=0)
+    assert policy.bar("What is the capital of France?", "Capital of France?") == 0.9  # no numbers
+    miss = policy.decide("Tell me a joke", [Candidate(1, "A joke, please", 0.87)])
+    assert miss == Decision() and miss.reason == "below threshold 0.870 < 0.9"
+    strict = ThresholdPolicy(0.9, number_bonus=0.0)
+    assert (
+        strict.floor == 0.9 and strict.decide(same[0], [Candidate(1, same[1], 0.87)]) == Decision()
+    )
+    for bad in (0.9, -0.1):
+        with pytest.raises(ValueError, match="number_bonus"):
+            ThresholdPolicy(0.9, number_bonus=bad)
 
 
 def test_policies_carry_the_guard_and_can_opt_out(closing: Any) -> None:

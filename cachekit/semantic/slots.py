@@ -58,6 +58,7 @@ __all__ = [
     "TextSlots",
     "estimate_tokens",
     "refusal_kind",
+    "same_numbers",
     "text_slots",
 ]
 
@@ -724,6 +725,15 @@ def _counts(n: Number, other: TextSlots) -> bool:
 
 def _same_number(x: Number, y: Number) -> bool:
     return x.value == y.value and (x.unit is None or y.unit is None or x.unit == y.unit)
+
+
+def same_numbers(query: str, candidate: str) -> bool:
+    """Both texts state numbers (not only ambiguous words) and they are the same, units and
+    all: evidence, beside the embedding, that the two ask about the same thing."""
+    a, b = text_slots(query), text_slots(candidate)
+    if not any(not n.weak for n in a.numbers) or not any(not n.weak for n in b.numbers):
+        return False
+    return _numbers_differ(a, b) is None
 
 
 def _poles_differ(a: TextSlots, b: TextSlots) -> str | None:
