@@ -467,3 +467,21 @@ def test_asyncio_is_not_needed_for_the_guard() -> None:
         return DEFAULT_GUARD.check("Is 7 > 5?", "Is 8 > 5?")
 
     assert asyncio.run(check()) is not None
+
+
+def test_serve_and_replay_take_no_slot_guard() -> None:
+    import argparse
+
+    from cachekit.proxy.server import add_arguments, config_from_args
+    from cachekit.replay.cli import add_parser
+
+    serve = argparse.ArgumentParser()
+    add_arguments(serve)
+    on = config_from_args(serve.parse_args(["--upstream", "http://127.0.0.1:9"]))
+    off = config_from_args(
+        serve.parse_args(["--upstream", "http://127.0.0.1:9", "--no-slot-guard"])
+    )
+    assert on.cache.slot_guard is True and off.cache.slot_guard is False
+    replay = add_parser(argparse.ArgumentParser().add_subparsers())
+    assert replay.parse_args(["log.jsonl", "--no-slot-guard"]).no_slot_guard is True
+    assert replay.parse_args(["log.jsonl"]).no_slot_guard is False

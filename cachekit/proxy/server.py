@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--namespace", help="cache namespace (default llm)")
     a("--ttl", type=float, help="seconds an entry lives (default 3600)")
     a("--no-semantic", action="store_true", help="exact hits only (no embedding model)")
+    a(
+        "--no-slot-guard",
+        action="store_true",
+        help="serve neighbours whose numbers, negations, names or identifiers differ (not advised)",
+    )
     a("--config", help="TOML file: cache settings at top level, proxy settings in [proxy]")
     a("--workers", type=int, help="uvicorn worker processes (default 1)")
     a(
@@ -74,6 +79,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     }
     if args.no_semantic:
         overrides["semantic"] = False
+    if args.no_slot_guard:
+        overrides["slot_guard"] = False
     if args.shared_scope:
         overrides["shared_scope"] = dict(args.shared_scope)
     return ProxyConfig.load(args.config, overrides)

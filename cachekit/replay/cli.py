@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -73,6 +74,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         type=parse_sweep,
         metavar="START:STOP:STEP",
         help="replay at every setting from START to STOP",
+    )
+    p.add_argument(
+        "--no-slot-guard",
+        action="store_true",
+        help="replay without the slot guard (to see what it saves on your log)",
     )
     p.add_argument(
         "--policy",
@@ -150,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = LLMCacheConfig.from_toml(args.config) if args.config else None
+        if args.no_slot_guard:
+            config = dataclasses.replace(config or LLMCacheConfig(), slot_guard=False)
         with _progress(sys.stderr.isatty()) as hook:
             report = run_replay(
                 args.input,
