@@ -154,6 +154,24 @@ def test_rules_can_be_turned_off_and_settings_are_checked() -> None:
             SlotGuard(window_tokens=bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("twenty-three and nine", ["23", "9"]),  # two numbers, not 32
+        ("two hundred and five", ["205"]),
+        ("one hundred twenty-five", ["125"]),
+        ("five hundred thousand", ["500000"]),
+        ("the twenty-first of them", ["21"]),
+        ("seventeen plus twenty five", ["17", "25"]),
+        ("March 3, 2024 at 7 pm", ["date:2024-03-03", "7"]),
+        ("costs 30K or $1,500.50", ["30000", "1500.50"]),
+        ("Python 3.11.2 at -9 degrees", ["3.11.2", "-9"]),
+    ],
+)
+def test_numbers_are_read_as_people_write_them(text: str, values: list[str]) -> None:
+    assert [n.value for n in text_slots(text).numbers] == values
+
+
 def test_slots_are_parsed_once_per_text() -> None:
     text = "How far is 42 km in miles, in the 3rd edition?"
     assert text_slots(text) is text_slots(text)

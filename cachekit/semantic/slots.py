@@ -523,43 +523,81 @@ def _digit_numbers(text: str) -> list[tuple[int, Number]]:
     return out
 
 
+def _word_kind(word: str) -> tuple[str, int] | None:
+    """``(kind, value)`` of a number word: ``unit`` 1-9, ``teen`` 0 and 10-19, ``tens``, or
+    ``scale`` (hundred, thousand, ...; a dozen is 12 units of one)."""
+    value = _SMALL.get(word, _TENS.get(word, _SCALES.get(word, _ORDINALS.get(word))))
+    if word == "dozen":
+        return "scale", 12
+    if value is None:
+        return None
+    if word in _SCALES or (value in (100, 1000) and word in _ORDINALS):
+        return "scale", value
+    if 1 <= value <= 9:
+        return "unit", value
+    return ("tens", value) if value >= 20 else ("teen", value)
+
+
+#: Which kind of number word may follow which within one number ("twenty" "five", "hundred"
+#: "and" "five"); anything else starts a new number ("twenty-three and nine" is two).
+_FOLLOWS = {
+    None: {"unit", "teen", "tens", "scale"},
+    "unit": {"scale"},
+    "teen": {"scale"},
+    "tens": {"unit", "scale"},
+    "scale": {"unit", "teen", "tens", "scale"},
+}
+
+
 def _word_numbers(text: str) -> list[tuple[int, Number]]:
     """Number words, compounds included ("twenty-five", "two hundred and five")."""
     lowered = text.lower()
-    out: list[tuple[int, Number]] = []
     words = [(m.start(), m.end(), m.group(0)) for m in re.finditer(r"[a-z]+", lowered)]
+    out: list[tuple[int, Number]] = []
     i = 0
     while i < len(words):
-        j, total, current, ordinal = i, 0, 0, False
-        while j < len(words):
-            w = words[j][2]
-            if w == "and" and j > i and j + 1 < len(words) and words[j + 1][2] in _NUMBER_WORDS:
-                j += 1
-                continue
-            if w in _SMALL or w in _TENS:
-                current += _SMALL.get(w, 0) + _TENS.get(w, 0)
-            elif w in _ORDINALS:
-                current += _ORDINALS[w]
-                ordinal = True
-            elif w in _SCALES or w == "dozen":
-                scale = 12 if w == "dozen" else _SCALES[w]
-                current = max(current, 1) * scale
-                if scale >= 1000:
-                    total, current = total + current, 0
-            else:
-                break
-            j += 1
-            if ordinal:
-                break
+        j, value, ordinal = _read_number(words, i)
         if j == i:
             i += 1
             continue
         span = words[i:j]
         weak = len(span) == 1 and span[0][2] in _AMBIGUOUS
         unit = None if ordinal else _unit_after(lowered, span[-1][1])
-        out.append((span[0][0], Number(str(total + current), unit, weak)))
+        out.append((span[0][0], Number(str(value), unit, weak)))
         i = j
     return out
+
+
+def _read_number(words: list[tuple[int, int, str]], i: int) -> tuple[int, int, bool]:
+    """One number read from ``words[i:]``: the index after it, its value, whether ordinal."""
+    total = current = 0
+    last: str | None = None
+    last_scale = 0
+    j = i
+    while j < len(words):
+        w = words[j][2]
+        if w == "and" and last == "scale" and j + 1 < len(words):
+            nxt = _word_kind(words[j + 1][2])
+            if nxt is not None and nxt[0] != "scale":
+                j += 1
+                continue
+        kind = _word_kind(w)
+        if kind is None or kind[0] not in _FOLLOWS[last]:
+            break
+        if kind[0] == "scale":
+            if last == "scale" and kind[1] <= last_scale:
+                break
+            current = max(current, 1) * kind[1]
+            if kind[1] >= 1000:
+                total, current = total + current, 0
+            last_scale = kind[1]
+        else:
+            current += kind[1]
+        last = kind[0]
+        j += 1
+        if w in _ORDINALS:
+            return j, total + current, True
+    return j, total + current, False
 
 
 def _numbers(text: str, tokens: frozenset[str]) -> tuple[Number, ...]:
