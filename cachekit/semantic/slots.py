@@ -428,10 +428,6 @@ class TextSlots:
     identifiers: frozenset[str]
     anchored: frozenset[str]  # identifiers that count one-sided (URLs, emails, paths, quotes)
 
-    @property
-    def strong_values(self) -> frozenset[str]:
-        return frozenset(n.value for n in self.numbers if not n.weak)
-
 
 def _canon_number(raw: str, suffix: str | None) -> str:
     digits = raw.replace(",", "")
@@ -735,30 +731,35 @@ def _shown(numbers: list[Number]) -> str:
 
 
 def _numbers_differ(a: TextSlots, b: TextSlots) -> str | None:
-    """Numbers compared as a multiset ("the 2015 or the 2016 model" is "the 2016 or the 2015
-    model"); a number without a unit matches the same number with one."""
-    xs = [n for n in a.numbers if _counts(n, b)]
-    ys = [n for n in b.numbers if _counts(n, a)]
-    left = list(ys)
-    unmatched = []
-    for x in xs:
-        j = next((j for j, y in enumerate(left) if _same_number(x, y)), None)
+    """Every number one text states needs its like in the other (order aside: "the 2015 or the
+    2016 model" is "the 2016 or 2015 model"; a number without a unit matches it with one; an
+    ambiguous word of the same value will do). Ambiguous words ("one", "first", "second")
+    differ only when both texts have some and no value in common ("the first quarter" / "the
+    second quarter")."""
+    only_a, only_b = _unmatched(a, b), _unmatched(b, a)
+    if not only_a and not only_b:
+        weak_a = {n.value for n in a.numbers if n.weak}
+        weak_b = {n.value for n in b.numbers if n.weak}
+        if not (weak_a and weak_b and weak_a.isdisjoint(weak_b)):
+            return None
+        only_a = [n for n in a.numbers if n.weak]
+        only_b = [n for n in b.numbers if n.weak]
+    return f"slots: numbers {_shown(only_a)} != {_shown(only_b)}"
+
+
+def _unmatched(a: TextSlots, b: TextSlots) -> list[Number]:
+    """``a``'s stated numbers that ``b`` has no counterpart for (each counterpart used once)."""
+    pool = sorted(b.numbers, key=lambda n: n.weak)  # stated numbers first
+    left = []
+    for x in a.numbers:
+        if x.weak:
+            continue
+        j = next((j for j, y in enumerate(pool) if _same_number(x, y)), None)
         if j is None:
-            unmatched.append(x)
+            left.append(x)
         else:
-            del left[j]
-    if not unmatched and not left:
-        return None
-    return f"slots: numbers {_shown(unmatched)} != {_shown(left)}"
-
-
-def _counts(n: Number, other: TextSlots) -> bool:
-    """An ambiguous word ("one", "first", "second") is a number when the other text has its
-    value, or another ambiguous one ("the first quarter" / "the second quarter")."""
-    if not n.weak:
-        return True
-    values = {m.value for m in other.numbers}
-    return n.value in values or any(m.weak and m.value != n.value for m in other.numbers)
+            del pool[j]
+    return left
 
 
 def _same_number(x: Number, y: Number) -> bool:
