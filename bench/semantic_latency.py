@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 from _data import load_texts
+from hot_path_split import TableEmbedder
 
 from cachekit import Cache, Status
 from cachekit.semantic.embedder import SentenceTransformerEmbedder
@@ -133,19 +134,6 @@ def approx_quality(
     agree = float(((hit_a == hit_e) & (~hit_e | same)).mean())
     shortfall = float(np.mean(truth_s - got_s[:, 0]))
     return statistics.median(times), pct(times, 99), float(same.mean()), agree, shortfall
-
-
-class TableEmbedder:
-    """Precomputed vectors: a lookup without a forward pass (the tier's own work)."""
-
-    name = "table"
-
-    def __init__(self, table: dict[str, np.ndarray]) -> None:
-        self.table = table
-        self.dim = len(next(iter(table.values())))
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self.table[t] for t in texts])
 
 
 def duplicate_pairs(path: Path) -> list[tuple[str, str]]:

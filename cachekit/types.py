@@ -54,7 +54,7 @@ class Status(str, enum.Enum):
 class LookupResult:
     """What a lookup found. ``value`` is meaningful when :attr:`hit` is true. For a semantic
     miss with a live entry in the scope, ``similarity`` and ``matched_text`` are the nearest
-    entry's and ``reason`` says why it was not served (``"below threshold 0.870 < 0.9"``,
+    entry's and ``reason`` says why it was not served (``"below threshold 0.8704 < 0.9"``,
     ``"slots: numbers 61 km != 63 km"``, ``"truncated: ..."``)."""
 
     status: Status

@@ -89,7 +89,7 @@ def test_threshold_policy_decides_on_candidates() -> None:
     p = ThresholdPolicy(0.9)
     assert p.decide("q", cands(0.95, 0.91)) == Decision(serve=0)
     miss = p.decide("q", cands(0.89, 0.5))
-    assert miss == Decision() and miss.reason == "below threshold 0.890 < 0.9"
+    assert miss == Decision() and miss.reason == "below threshold 0.8900 < 0.9"
 
 
 def test_accept_only_policies_are_adapted() -> None:

@@ -384,7 +384,7 @@ def test_threshold_miss_says_so(closing: Any) -> None:
     closing(answer)
     answer("a first prompt")
     miss = answer.lookup("a second prompt")
-    assert miss.status is Status.MISS and miss.reason == "below threshold 0.800 < 0.9"
+    assert miss.status is Status.MISS and miss.reason == "below threshold 0.8000 < 0.9"
 
 
 # ---------------------------------------------------------------------- policies and config
@@ -398,7 +398,7 @@ def test_matching_numbers_lower_the_bar_a_little() -> None:
     assert policy.decide(same[0], [Candidate(1, same[1], 0.87)]) == Decision(serve=0)
     assert policy.bar("What is the capital of France?", "Capital of France?") == 0.9  # no numbers
     miss = policy.decide("Tell me a joke", [Candidate(1, "A joke, please", 0.87)])
-    assert miss == Decision() and miss.reason == "below threshold 0.870 < 0.9"
+    assert miss == Decision() and miss.reason == "below threshold 0.8700 < 0.9"
     strict = ThresholdPolicy(0.9, number_bonus=0.0)
     assert (
         strict.floor == 0.9 and strict.decide(same[0], [Candidate(1, same[1], 0.87)]) == Decision()

@@ -47,7 +47,7 @@ class CacheLookup(NamedTuple):
     ``response`` the stored response object on a hit; ``similarity`` the cosine of the matched
     (or, on a miss, the nearest rejected) entry; ``age`` seconds since the entry was stored;
     ``reason``, on a miss with a nearest entry, why it was not served (``"slots: numbers 61 !=
-    63"``, ``"below threshold 0.870 < 0.9"``, ``"truncated: ..."``) and ``nearest`` is that
+    63"``, ``"below threshold 0.8704 < 0.9"``, ``"truncated: ..."``) and ``nearest`` is that
     entry's semantic text (for replay's listings; the proxy never sends it to a client)."""
 
     status: Status
@@ -295,7 +295,7 @@ class LLMCache:
             and min_similarity is not None
             and (r.similarity or 0.0) < min_similarity
         ):
-            why = f"below threshold {r.similarity or 0.0:.3f} < {min_similarity:g} (request)"
+            why = f"below threshold {r.similarity or 0.0:.4f} < {min_similarity:g} (request)"
             return CacheLookup(Status.MISS, None, r.similarity, None, why, r.matched_text)
         found = self._unwrap(r.value, max_age)
         if found is None:

@@ -206,7 +206,7 @@ class ThresholdPolicy:
 
 def below_threshold(similarity: float, threshold: float) -> Decision:
     """A miss because the best candidate's similarity is under ``threshold``."""
-    return Decision(reason=f"below threshold {similarity:.3f} < {threshold:g}")
+    return Decision(reason=f"below threshold {similarity:.4f} < {threshold:g}")
 
 
 class AcceptPolicyAdapter:

@@ -203,7 +203,7 @@ class VerifiedPolicy:
         return Decision(reason=f"verifier {first:.2f} < {self.min_probability:.2f}")
 
     def _below_prefilter(self, candidates: Sequence[Candidate]) -> str:
-        return f"below threshold {candidates[0].similarity:.3f} < {self.prefilter:g}"
+        return f"below threshold {candidates[0].similarity:.4f} < {self.prefilter:g}"
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """The verifier is trained offline; verdicts demote entries through the tier."""
