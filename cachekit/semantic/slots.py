@@ -401,7 +401,8 @@ _DIGIT = re.compile(r"\d")
 _LIST_MARKER = re.compile(r"\d{1,2}[.)]\s")
 _WORDISH = re.compile(r"[a-z]+(?:'[a-z]+)?|[$€£%°]")
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # curly apostrophes are folded first
-_UPPER = re.compile(r"[A-Z]")
+_HAS_CAPITAL = re.compile(r"[^\s]*[A-Z][^\s]*")
+_SENTENCE_BREAK = re.compile(r"[.?!:;\n]\s")
 _EDGE_PUNCT = ".,;:!?\"'()[]{}<>`*#~"
 _OPENERS = frozenset("\"'([`*#>-")
 _CLOSERS = frozenset(".?!:;")
@@ -610,34 +611,36 @@ def _numbers(text: str, tokens: frozenset[str]) -> tuple[Number, ...]:
 
 def _names(text: str) -> frozenset[str]:
     """Capitalised words inside a sentence, acronyms and CamelCase words, lower-cased. A text in
-    Title Case (most words inside its sentences capitalised) gives acronyms and CamelCase only."""
-    if not _UPPER.search(text):
+    Title Case (most words inside its sentences capitalised) gives acronyms and CamelCase only.
+    Only words with a capital are visited (most words have none)."""
+    found = [
+        (word, _sentence_start(text, m.start(), m.group(0)))
+        for m in _HAS_CAPITAL.finditer(text)
+        if (word := m.group(0).strip(_EDGE_PUNCT)) and word[0].isalpha()
+    ]
+    if not found:
         return frozenset()
-    found: list[tuple[str, bool]] = []
-    inner = inner_caps = 0
-    first = True
-    for raw in text.replace("\n", " \n ").split(" "):
-        if not raw or raw == "\n":
-            first = first or raw == "\n"
-            continue
-        word = raw.strip(_EDGE_PUNCT)
-        starts = first or raw[0] in _OPENERS
-        first = raw[-1] in _CLOSERS
-        if not word or not word[0].isalpha():
-            continue
-        if not starts:
-            inner += 1
-            inner_caps += word[0].isupper()
-        if not word.islower():
-            found.append((word, starts))
+    starts = 1 + len(_SENTENCE_BREAK.findall(text))
+    inner = len(text.split()) - starts
+    inner_caps = sum(1 for w, first in found if not first and w[0].isupper())
     title_case = inner >= 3 and inner_caps >= 0.7 * inner
     out = set()
-    for word, starts in found:
-        if any(c.isupper() for c in word[1:]) or not (starts or title_case or word[0].islower()):
+    for word, first in found:
+        if any(c.isupper() for c in word[1:]) or not (first or title_case or word[0].islower()):
             name = word.lower().removesuffix("'s")
             if len(name) > 1 and name not in _NOT_NAMES:
                 out.add(name)
     return frozenset(out)
+
+
+def _sentence_start(text: str, start: int, raw: str) -> bool:
+    """Whether the whitespace-delimited word at ``start`` begins a sentence or a line."""
+    if raw[0] in _OPENERS:
+        return True
+    j = start - 1
+    while j >= 0 and text[j] in " \t":
+        j -= 1
+    return j < 0 or text[j] in _CLOSERS or text[j] == "\n"
 
 
 def _identifiers(text: str, tokens: list[str]) -> tuple[frozenset[str], frozenset[str]]:
