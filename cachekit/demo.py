@@ -17,6 +17,8 @@ QUESTIONS = [
 ]
 # Related but different: the answer to the Python question must not be served for it.
 NEAR_MISS = "How do I learn Java quickly?"
+#: Close enough to a stored question to pass the threshold (0.91); the slot guard refuses it.
+SLOT_SWAP = "Why can't I reset my router password?"
 UNRELATED = "How do I change a flat tyre on a bicycle?"
 
 
@@ -76,9 +78,15 @@ def run_demo(semantic: bool = True) -> int:
                 f"  {NEAR_MISS!r} -> {near.status.value} (similarity {near.similarity:.3f}:"
                 " a different question)"
             )
+            swapped = answer.lookup(SLOT_SWAP, model="gpt-4o-mini")
+            print(
+                f"  {SLOT_SWAP!r} -> {swapped.status.value} (similarity "
+                f"{swapped.similarity or 0.0:.3f}, refused: {swapped.reason})"
+            )
             unrelated = answer.lookup(UNRELATED, model="gpt-4o-mini")
             print(f"  {UNRELATED!r} -> {unrelated.status.value}")
-            ok = all(s is Status.MISS for s in (other_model.status, near.status, unrelated.status))
+            misses = (other_model.status, near.status, swapped.status, unrelated.status)
+            ok = all(s is Status.MISS for s in misses)
         finally:
             answer.close()
     else:
