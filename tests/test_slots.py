@@ -136,6 +136,16 @@ def test_long_texts_are_never_compared_past_the_window() -> None:
     assert kind_of(a, b, short) == "preamble"
 
 
+def test_huge_texts_cost_no_more_than_the_window_and_are_not_kept() -> None:
+    text_slots.cache_clear()
+    huge = "word " * 200_000 + "What is the fee?"
+    assert DEFAULT_GUARD.check(huge, "What is the fee?") == (
+        "truncated: over the embedder's 256 tokens"
+    )
+    assert DEFAULT_GUARD.check("x" * 1_000_000, "y") is not None
+    assert text_slots.cache_info().currsize == 0  # neither was parsed, so neither is memoised
+
+
 def test_a_shared_preamble_with_another_question_is_refused() -> None:
     preamble = (
         "You are a careful assistant for a bank. Answer from the policy below and say when it "
@@ -231,6 +241,26 @@ def test_random_name_swaps_never_pass(template: str, a: str, b: str) -> None:
 @given(st.sampled_from(NEGATION_PAIRS), st.sampled_from(["", "Please tell me: ", "Quick one. "]))
 def test_negations_never_pass(pair: tuple[str, str], prefix: str) -> None:
     assert kind_of(prefix + pair[0], prefix + pair[1]) == "negation"
+
+
+WORDISH = st.sampled_from(
+    "not no never without one first second 3 3rd third 2024-03-03 March May 5 km $20 -9 % "
+    'Paris paris PARIS numpy install `x` "q" https://a.b/c a@b.co os.path.join --force '
+    "increase decrease turn on off left right Title Case I'm don't can't , . ? ! \n".split(" ")
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(max_size=120), st.lists(WORDISH, max_size=25).map(" ".join)),
+    st.one_of(st.text(max_size=120), st.lists(WORDISH, max_size=25).map(" ".join)),
+)
+def test_any_text_gets_an_answer_and_the_same_one_both_ways(a: str, b: str) -> None:
+    """Whatever a client sends (it may also be a stored entry's text), the guard answers without
+    raising, and refuses a pair whichever of the two was stored first."""
+    ab, ba = DEFAULT_GUARD.check(a, b), DEFAULT_GUARD.check(b, a)
+    assert (ab is None) == (ba is None)
+    assert ab is None or refusal_kind(ab) == refusal_kind(ba or "")
 
 
 # ---------------------------------------------------------------------- through the tier

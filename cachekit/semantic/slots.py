@@ -398,6 +398,10 @@ _NUM = re.compile(
     r"(?P<suffix>st|nd|rd|th|k|m|bn|b)?\b(?P<pct>\s?%)?"
 )
 _DIGIT = re.compile(r"\d")
+#: Past this many characters per token of the window a text counts as too long without being
+#: counted (an estimate that errs long, like the count itself).
+_CHARS_PER_TOKEN_MAX = 32
+_PIECE = re.compile(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]")
 _LIST_MARKER = re.compile(r"\d{1,2}[.)]\s")
 _WORDISH = re.compile(r"[a-z]+(?:'[a-z]+)?|[$€£%°]")
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # curly apostrophes are folded first
@@ -667,12 +671,13 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-@lru_cache(maxsize=4096)
-def estimate_tokens(text: str) -> int:
+def estimate_tokens(text: str, stop_above: int | None = None) -> int:
     """WordPiece tokens, estimated on the long side: a word of up to 6 letters is one token,
-    longer ones one more per 4 letters; digits one per 2; every other symbol one."""
-    n = 0
-    for m in re.finditer(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text):
+    longer ones one more per 4 letters; digits one per 2; every other symbol one. With
+    ``stop_above``, counting stops once the count passes it (the work is bounded by the window,
+    not by the text: a megabyte prompt costs no more than a long one)."""
+    n = 2  # [CLS] and [SEP]
+    for m in _PIECE.finditer(text):
         s = m.group(0)
         if s.isalpha():
             n += 1 + max(0, (len(s) - 3) // 4)
@@ -680,7 +685,9 @@ def estimate_tokens(text: str) -> int:
             n += (len(s) + 1) // 2
         else:
             n += 1
-    return n + 2  # [CLS] and [SEP]
+        if stop_above is not None and n > stop_above:
+            break
+    return n
 
 
 def _pole_words(tokens: list[str], token_set: frozenset[str]) -> set[str]:
@@ -704,9 +711,10 @@ def _negations(tokens: list[str]) -> int:
     return n
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=16_384)
 def text_slots(text: str) -> TextSlots:
-    """The slots of ``text`` (memoised: a stored entry is compared many times)."""
+    """The slots of ``text`` (memoised: a stored entry is compared many times; 16,384 texts,
+    a few KB each, since :meth:`SlotGuard.check` parses only texts within the window)."""
     normal = text.replace("\u2019", "'")
     lowered = normal.lower()
     tokens = [t.replace("'", "") for t in _TOKEN.findall(lowered)]
@@ -942,15 +950,23 @@ class SlotGuard:
     def check(self, query: str, candidate: str) -> str | None:
         """``None`` when ``candidate``'s answer may serve ``query`` as far as slots go, else the
         reason (``"slots: numbers 61 km != 63 km"``, ``"truncated: ..."``, ``"preamble: ..."``)."""
+        truncated = self._truncated(query) or self._truncated(candidate)
+        if truncated:
+            return truncated
         a, b = text_slots(query), text_slots(candidate)
         return next((r for r in self._reasons(a, b) if r is not None), None)
 
+    def _truncated(self, text: str) -> str | None:
+        # A token is at least a character: only a text this long can be over the window.
+        if len(text) + 2 <= self.window_tokens:
+            return None
+        if len(text) <= _CHARS_PER_TOKEN_MAX * self.window_tokens and (
+            estimate_tokens(text, stop_above=self.window_tokens) <= self.window_tokens
+        ):
+            return None
+        return f"truncated: over the embedder's {self.window_tokens} tokens"
+
     def _reasons(self, a: TextSlots, b: TextSlots) -> Iterator[str | None]:
-        if max(len(a.lowered), len(b.lowered)) + 2 > self.window_tokens:
-            # A token is at least a character: only a text this long can be truncated.
-            longest = max(estimate_tokens(a.lowered), estimate_tokens(b.lowered))
-            if longest > self.window_tokens:
-                yield f"truncated: ~{longest} tokens, over the embedder's {self.window_tokens}"
         yield _preamble(a, b, self.preamble_words)
         if self.numbers and a.numbers != b.numbers:
             yield _numbers_differ(a, b)
