@@ -103,10 +103,18 @@ class PriceTable:
 
     def cost(self, model: str, usage: Mapping[str, Any] | None) -> float | None:
         """Dollars an answer with this ``usage`` cost, or ``None`` when the model or usage is
-        unknown."""
-        p = self.price(model)
-        if p is None or not usage:
+        unknown or malformed (counts that are not non-negative ints). Never raises."""
+        p = self.price(model) if isinstance(model, str) else None
+        if p is None or not isinstance(usage, Mapping) or not usage:
             return None
-        prompt = usage.get("prompt_tokens") or 0
-        completion = usage.get("completion_tokens") or 0
-        return p.cost(int(prompt), int(completion))
+        counts = []
+        for key in ("prompt_tokens", "completion_tokens"):
+            n = usage.get(key)
+            if n is None:
+                n = 0
+            # A count is a non-negative int, never a bool, str, float or list: anything else
+            # (a malformed or forged stored entry) leaves the answer unpriced, never raises.
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                return None
+            counts.append(n)
+        return p.cost(counts[0], counts[1])

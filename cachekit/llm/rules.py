@@ -38,15 +38,19 @@ __all__ = [
     "CACHED_ENDPOINTS",
     "CHAT",
     "COMPLETIONS",
+    "CREDENTIAL_HEADERS",
     "EMBEDDINGS",
     "IGNORED_FIELDS",
+    "MAX_JSON_DEPTH",
     "MAX_RESPONSE_ID",
     "LLMRequest",
     "RequestError",
     "TenantResolver",
     "bearer_token",
     "cacheable_response",
+    "caller_key",
     "canonical_json",
+    "check_depth",
     "endpoint_of",
     "exact_key",
     "key_fingerprint",
@@ -126,14 +130,56 @@ def endpoint_of(path: str) -> str | None:
     return p if p in CACHED_ENDPOINTS else None
 
 
+#: Deepest nesting of objects and arrays accepted in a request body (the body itself is level 1):
+#: deeper bodies are refused with 400 before anything that recurses sees them.
+MAX_JSON_DEPTH = 64
+
+
+def _too_deep(limit: int) -> RequestError:
+    return RequestError(
+        f"The JSON body of your request is nested too deeply: the limit is {limit} levels of "
+        "objects and arrays.",
+        code="json_too_deep",
+    )
+
+
+def check_depth(value: Any, raw: bytes | str | None = None, limit: int = MAX_JSON_DEPTH) -> None:
+    """:class:`RequestError` (400) when ``value`` nests objects and arrays more than ``limit``
+    levels deep. Iterative: safe on any depth. ``raw``, the text ``value`` was parsed from, gives
+    a fast path: with at most ``limit`` brackets in it, no walk is needed."""
+    if raw is not None:
+        if isinstance(raw, str):
+            brackets = raw.count("{") + raw.count("[")
+        else:
+            brackets = raw.count(b"{") + raw.count(b"[")
+        if brackets <= limit:
+            return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children: Iterable[Any] = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            raise _too_deep(limit)
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
 def parse_body(raw: bytes | str) -> dict[str, Any]:
-    """Decode a JSON request body; :class:`RequestError` unless it is a JSON object."""
+    """Decode a JSON request body; :class:`RequestError` unless it is a JSON object nested at
+    most :data:`MAX_JSON_DEPTH` levels deep."""
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise _too_deep(MAX_JSON_DEPTH) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"We could not parse the JSON body of your request: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.")
+    check_depth(body, raw)
     return body
 
 
@@ -428,6 +474,52 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+#: Request headers that carry the caller's API key: ``Authorization: Bearer <key>`` (OpenAI) and
+#: ``api-key: <key>`` (Azure OpenAI).
+CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization", "api-key")
+
+
+def _credential(name: str, value: str) -> str | None:
+    value = value.strip()
+    if name == "authorization":
+        scheme = value.partition(" ")[0]
+        if scheme.lower() == "bearer":
+            return bearer_token(value)
+    # Another scheme (Basic ...) or an api-key: the whole value is the credential.
+    return value or None
+
+
+def caller_key(headers: Iterable[tuple[str, str]]) -> str | None:
+    """Who the caller is: the API key in its credential headers (:data:`CREDENTIAL_HEADERS`),
+    ``None`` without one. ``headers`` is every ``(name, value)`` line of the request, repeated
+    names included (never a dict that kept one of them). The key decides the tenant and is what
+    the upstream receives. :class:`RequestError` (400, naming the header) when a credential header
+    is sent more than once, or when two headers carry different keys; the same key in both is
+    accepted. ``Authorization`` with a scheme other than Bearer counts as a whole value."""
+    seen: dict[str, str] = {}
+    for name, value in headers:
+        n = name.lower()
+        if n not in CREDENTIAL_HEADERS:
+            continue
+        if n in seen:
+            raise RequestError(
+                f"header {n} was sent more than once; send one credential per request",
+                param=n,
+                code="ambiguous_credentials",
+            )
+        seen[n] = value
+    found = {n: k for n, v in seen.items() if (k := _credential(n, v)) is not None}
+    keys = set(found.values())
+    if len(keys) > 1:
+        names = " and ".join(sorted(found))
+        raise RequestError(
+            f"headers {names} carry different credentials; send one API key per request",
+            param=sorted(found)[0],
+            code="ambiguous_credentials",
+        )
+    return keys.pop() if keys else None
+
+
 class TenantResolver:
     """Maps a caller to its tenant id.
 
@@ -469,6 +561,11 @@ class TenantResolver:
             return "explicit:" + str(explicit)
         return self.for_key(bearer_token(authorization))
 
+    def for_headers(self, headers: Iterable[tuple[str, str]]) -> str:
+        """The tenant of the caller a request's header lines name (:func:`caller_key`);
+        :class:`RequestError` when they are ambiguous."""
+        return self.for_key(caller_key(headers))
+
 
 # ---------------------------------------------------------------------- responses
 
@@ -477,27 +574,31 @@ def cacheable_response(
     endpoint: str, status: int, body: Any, *, cache_length: bool = False
 ) -> tuple[bool, str]:
     """Whether an upstream answer may be stored, and why not: 2xx, a JSON object without
-    ``error``, of the endpoint's object type, every choice finished (``finish_reason`` not
-    ``null``; not ``length`` unless ``cache_length``; never ``content_filter``)."""
+    ``error``, the endpoint's object with well-typed fields (:mod:`cachekit.llm.validate`:
+    ``object``, ``usage`` counts, ``choices``), every choice finished (``finish_reason`` not
+    ``null``; not ``length`` unless ``cache_length``; never ``content_filter``). The reason's
+    first word is a metric label: ``status``, ``error``, ``no``, ``finish_reason``, ``invalid``."""
+    from cachekit.llm.validate import check_response  # here: the top of this module is shared
+
     if not 200 <= status < 300:
         return False, f"status {status}"
     if not isinstance(body, dict) or body.get("error") is not None:
         return False, "error body"
     if endpoint == EMBEDDINGS:
         data = body.get("data")
-        ok = (
-            isinstance(data, list)
-            and bool(data)
-            and all(isinstance(d, dict) and d.get("embedding") is not None for d in data)
-        )
-        return (True, "") if ok else (False, "no embeddings")
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return False, "no choices"
-    for c in choices:
-        reason = c.get("finish_reason") if isinstance(c, dict) else None
-        if reason == "length" and cache_length:
-            continue
-        if reason not in _COMPLETE_FINISH:
-            return False, f"finish_reason {reason}"
+        if not isinstance(data, list) or not data:
+            return False, "no embeddings"
+    else:
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return False, "no choices"
+        for c in choices:
+            reason = c.get("finish_reason") if isinstance(c, dict) else None
+            if reason == "length" and cache_length:
+                continue
+            if not isinstance(reason, str) or reason not in _COMPLETE_FINISH:
+                return False, f"finish_reason {str(reason)[:40]}"
+    why = check_response(endpoint, body)
+    if why is not None:
+        return False, f"invalid {why}"
     return True, ""

@@ -13,6 +13,7 @@ and their own expiry so ``max-age`` and per-request TTLs work on both kinds of e
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from typing import Any, NamedTuple
 from cachekit.cache import Cache, Status
 from cachekit.llm.prices import PriceTable
 from cachekit.llm.rules import CHAT, LLMRequest, TenantResolver, prepare
+from cachekit.llm.validate import check_response
 from cachekit.sansio import Core, adrive, drive
 from cachekit.types import LookupResult
 
@@ -157,6 +159,25 @@ class LLMCacheConfig:
         return TenantResolver(secret, self.shared_scope)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _malformed(value: Any, endpoint: str | None) -> str | None:
+    """Why a stored wrapper ``{"r": response, "t": stored at, "e": expires at}`` cannot be
+    served, or ``None``. ``endpoint`` ``None``: the response's shape is not checked."""
+    if not isinstance(value, dict) or not isinstance(value.get("r"), dict):
+        return "not a wrapped response"
+    stamp, expires = value.get("t"), value.get("e")
+    if (stamp is not None and not _is_number(stamp)) or (
+        expires is not None and not _is_number(expires)
+    ):
+        return "store time or expiry not a number"
+    if endpoint is None:
+        return None
+    return check_response(endpoint, value["r"])
+
+
 def _semantic_only(text: str, *, scope: str) -> Any:
     raise RuntimeError("the LLM semantic function is used through lookup/put only")
 
@@ -269,24 +290,47 @@ class LLMCache:
             endpoint, dict(request), tenant if tenant is not None else "anonymous", namespace
         )
 
-    def _unwrap(self, value: Any, max_age: float | None) -> tuple[dict[str, Any], float] | None:
-        if not isinstance(value, dict) or not isinstance(value.get("r"), dict):
-            return None
+    def _unwrap(
+        self, value: Any, max_age: float | None, endpoint: str | None = None, key: Any = None
+    ) -> tuple[dict[str, Any], float] | str:
+        """The stored response and its age, else why the entry is not served (a miss): expired,
+        older than ``max_age``, or malformed. A malformed entry (a wrapper of the wrong types, or
+        a response that fails :func:`cachekit.llm.validate.check_response` for ``endpoint``) is
+        counted in the cache's ``serialization_errors`` stat and logged at WARNING with its key;
+        it never raises."""
+        if value is None:
+            return "not found"
+        why = _malformed(value, endpoint)
+        if why is not None:
+            self._count_malformed(key, why)
+            return "malformed entry"
         now = self.cache.clock()
-        age = max(0.0, now - float(value.get("t", now)))
+        stamp = value.get("t")
+        age = max(0.0, now - (now if stamp is None else float(stamp)))
         expires = value.get("e")
         if expires is not None and now >= expires:
-            return None
+            return "expired"
         if max_age is not None and age > max_age:
-            return None
+            return "older than max-age"
         return value["r"], age
+
+    def _count_malformed(self, key: Any, why: str) -> None:
+        engine = getattr(self.cache, "engine", None)
+        telemetry = getattr(engine, "telemetry", None)
+        if telemetry is not None:
+            telemetry.serialization_errors += 1
+        log.warning("cachekit: malformed LLM cache entry %s served as a miss: %s", key, why)
 
     def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
         now = self.cache.clock()
         return {"r": dict(response), "t": now, "e": None if ttl is None else now + ttl}
 
     def _semantic_result(
-        self, r: Any, max_age: float | None, min_similarity: float | None
+        self,
+        r: Any,
+        max_age: float | None,
+        min_similarity: float | None,
+        endpoint: str | None = None,
     ) -> CacheLookup:
         if not r.hit:
             return CacheLookup(Status.MISS, None, r.similarity, None, r.reason, r.matched_text)
@@ -297,10 +341,9 @@ class LLMCache:
         ):
             why = f"below threshold {r.similarity or 0.0:.4f} < {min_similarity:g} (request)"
             return CacheLookup(Status.MISS, None, r.similarity, None, why, r.matched_text)
-        found = self._unwrap(r.value, max_age)
-        if found is None:
-            why = "older than max-age"
-            return CacheLookup(Status.MISS, None, r.similarity, None, why, r.matched_text)
+        found = self._unwrap(r.value, max_age, endpoint, getattr(r, "key", None))
+        if isinstance(found, str):
+            return CacheLookup(Status.MISS, None, r.similarity, None, found, r.matched_text)
         status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
         sim = r.similarity if status is Status.SEMANTIC_HIT else None
         return CacheLookup(status, found[0], sim, found[1])
@@ -318,13 +361,13 @@ class LLMCache:
     def _lookup_core(
         self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
     ) -> Core[CacheLookup]:
-        found = self._unwrap((yield ("get", (req.key,))), max_age)
-        if found is not None:
+        found = self._unwrap((yield ("get", (req.key,))), max_age, req.endpoint, req.key)
+        if not isinstance(found, str):
             return CacheLookup(Status.HIT, found[0], None, found[1])
         if not self._use_semantic(req, semantic):
             return _MISS
         r = yield ("semantic_lookup", (req.text, req.scope))
-        return self._semantic_result(r, max_age, min_similarity)
+        return self._semantic_result(r, max_age, min_similarity, req.endpoint)
 
     def _store_core(
         self, req: LLMRequest, response: Mapping[str, Any], ttl: float | None, semantic: bool

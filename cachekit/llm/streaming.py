@@ -4,7 +4,8 @@
   of a streamed answer into the one ``chat.completion`` (``text_completion``) object the
   non-streamed API would have returned: content, reasoning content, tool-call deltas, refusal,
   logprobs, usage, finish reasons. It knows whether the stream completed (``data: [DONE]`` seen
-  and every choice finished), so an interrupted stream is never stored.
+  and nothing but comments after it, no error event, every choice finished), so an interrupted,
+  failed or padded stream is never stored.
 * :func:`completion_chunks` / :func:`sse_stream` replay a stored completion as a stream of
   several well-formed chunks ending with ``data: [DONE]``, with a usage chunk when the request
   asked for one (``stream_options.include_usage``).
@@ -119,8 +120,11 @@ class StreamAssembler:
     """Feed it the raw bytes of an SSE response as they arrive (any split); read the assembled
     object with :meth:`result` once :attr:`complete`.
 
-    ``complete`` is true only when ``data: [DONE]`` arrived, no error event was seen and every
-    choice has a finish reason. An ``error`` event or a non-JSON data line marks it broken.
+    ``complete`` (see :attr:`incomplete_reason` for the rules) is true only when ``data: [DONE]``
+    arrived with nothing but blank lines and ``:`` comments after it, no error was carried in any
+    SSE form (an ``event: error`` field, a ``data:`` JSON object with an ``error`` key, a data
+    line that is not a JSON object, a chunk of the wrong types) and every choice has a finish
+    reason. Events after ``[DONE]`` are never assembled into the answer.
     """
 
     def __init__(self) -> None:
@@ -130,7 +134,10 @@ class StreamAssembler:
         self._meta: dict[str, Any] = {}
         self.usage: dict[str, Any] | None = None
         self.done = False
+        #: An error event (or an undecodable one) was seen: the stream is never stored.
         self.broken = False
+        #: Something other than blank lines and comments came after ``[DONE]``.
+        self.after_done = False
         self.chunks = 0
         self.object: str | None = None
 
@@ -140,7 +147,8 @@ class StreamAssembler:
     def feed_events(self, data: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
         """:meth:`feed`, returning the events completed by ``data``: each one's raw bytes
         (separator included, ready to relay) and its decoded chunk (``None`` for ``[DONE]``,
-        comments and undecodable events). A relay can drop events this way."""
+        comments, error and undecodable events, and anything after ``[DONE]``). A relay can
+        drop events this way."""
         out: list[tuple[bytes, dict[str, Any] | None]] = []
         self._buf += data
         while True:
@@ -158,12 +166,25 @@ class StreamAssembler:
                 best = (i, i + len(sep))
         return best
 
+    @staticmethod
+    def _only_comments(raw: bytes) -> bool:
+        """Whether ``raw`` holds nothing but blank lines and ``:`` comment lines."""
+        return all(
+            not ln.strip() or ln.startswith(b":")
+            for ln in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        )
+
     def _event(self, event: bytes) -> dict[str, Any] | None:
-        lines = [
-            ln[5:].lstrip()
-            for ln in event.replace(b"\r\n", b"\n").split(b"\n")
-            if ln.startswith(b"data:")
-        ]
+        if self.done:
+            # After [DONE] only blank lines and comments may follow; nothing is assembled.
+            if not self._only_comments(event):
+                self.after_done = True
+            return None
+        raw_lines = event.replace(b"\r\n", b"\n").split(b"\n")
+        lines = [ln[5:].lstrip() for ln in raw_lines if ln.startswith(b"data:")]
+        if any(ln.startswith(b"event:") and ln[6:].strip() == b"error" for ln in raw_lines):
+            self.broken = True  # ``event: error``, whatever its data says
+            return None
         if not lines:
             return None  # comments, keep-alives, event:/id: lines alone
         payload = b"\n".join(lines)
@@ -175,10 +196,14 @@ class StreamAssembler:
         except ValueError:
             self.broken = True
             return None
-        if not isinstance(obj, dict) or obj.get("error") is not None:
-            self.broken = True
+        if not isinstance(obj, dict) or "error" in obj:
+            self.broken = True  # an error object (even ``"error": null``) or not a chunk
             return None
-        self.add_chunk(obj)
+        try:
+            self.add_chunk(obj)
+        except (TypeError, AttributeError, ValueError):
+            self.broken = True  # a chunk of the wrong types: relayed, never stored
+            return None
         return obj
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
@@ -207,13 +232,28 @@ class StreamAssembler:
             ch.finish_reason = c["finish_reason"]
 
     @property
+    def incomplete_reason(self) -> str | None:
+        """Why the stream may not be stored, or ``None`` when it is complete. The rules, in
+        order: an error was carried (``event: error``, a ``data:`` object with an ``error``
+        key, a data line that is not a JSON object, a malformed chunk); no ``data: [DONE]``;
+        something other than blank lines and ``:`` comments after ``[DONE]`` (also bytes left
+        unterminated in the buffer); no choice; a choice without a finish reason."""
+        if self.broken:
+            return "error event"
+        if not self.done:
+            return "no [DONE]"
+        if self.after_done or not self._only_comments(self._buf):
+            return "data after [DONE]"
+        if not self._choices:
+            return "no choices"
+        if any(c.finish_reason is None for c in self._choices.values()):
+            return "unfinished choice"
+        return None
+
+    @property
     def complete(self) -> bool:
-        return (
-            self.done
-            and not self.broken
-            and bool(self._choices)
-            and all(c.finish_reason is not None for c in self._choices.values())
-        )
+        """Whether the stream may be stored: :attr:`incomplete_reason` is ``None``."""
+        return self.incomplete_reason is None
 
     def result(self) -> dict[str, Any] | None:
         """The assembled completion, or ``None`` when nothing usable arrived."""

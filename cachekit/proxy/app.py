@@ -45,6 +45,7 @@ from cachekit.llm import (
     prepare,
     sse_stream,
 )
+from cachekit.llm.rules import caller_key, check_depth
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.semantic.slots import refusal_kind
@@ -104,8 +105,11 @@ try:  # a faster encoder for answers when installed (the proxy extra installs it
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return parse_body(raw)  # the standard parser says what is wrong (or accepts it)
+        except RecursionError:
+            return parse_body(raw)  # refused there, with the nesting limit named
         if not isinstance(body, dict):
             return parse_body(raw)
+        check_depth(body, raw)
         return body
 
 except ImportError:  # pragma: no cover - depends on the environment
@@ -146,18 +150,29 @@ class Controls:
 
 
 _DEFAULT_CONTROLS = Controls()
+#: A number in a header: ASCII digits only (``str.isdigit`` and ``float`` accept others).
+_DECIMAL = re.compile(r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Every line of header ``name`` joined with ``", "`` (RFC 9110, 5.3), ``None`` when absent.
+    Starlette's ``Headers.get`` (and any dict) keeps one line: a second ``Cache-Control: no-store``
+    line would be lost."""
+    getlist = getattr(headers, "getlist", None)
+    if getlist is None:
+        return headers.get(name)
+    values = getlist(name)
+    return ", ".join(values) if values else None
 
 
 def _number(
     headers: Mapping[str, str], name: str, low: float, high: float, low_open: bool
 ) -> float | None:
-    raw = headers.get(name)
+    raw = _header(headers, name)
     if raw is None:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
+    text = raw.strip()
+    value = float(text) if _DECIMAL.fullmatch(text) else float("nan")
     ok = (value > low if low_open else value >= low) and value <= high
     if not ok:
         raise RequestError(
@@ -171,7 +186,7 @@ def _number(
 def parse_controls(headers: Mapping[str, str]) -> Controls:
     """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
     ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
-    cc = headers.get("cache-control")
+    cc = _header(headers, "cache-control")
     if cc is None and not any(
         h in headers for h in ("x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")
     ):
@@ -188,13 +203,13 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
             only_if_cached = True
         elif directive.startswith("max-age="):
             value = directive[8:].strip().strip('"')
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise RequestError(
                     f"Cache-Control max-age must be whole seconds, got {value!r}",
                     param="cache-control",
                 )
             max_age = float(value)
-    namespace = headers.get("x-cachekit-namespace", "")
+    namespace = _header(headers, "x-cachekit-namespace") or ""
     if namespace and not _NAMESPACE.fullmatch(namespace):
         raise RequestError(
             "header x-cachekit-namespace must be 1-64 characters of A-Z a-z 0-9 . _ : -",
@@ -211,12 +226,19 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
     )
 
 
-def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> dict[str, str]:
-    out = {
-        k: v for k, v in headers.items() if k not in _HOP_BY_HOP and not k.startswith("x-cachekit-")
-    }
+def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> list[tuple[str, str]]:
+    """The request's header lines for the upstream, repeated lines kept (Starlette's
+    ``Headers.items()`` lists every line). The credential headers reach it as :func:`caller_key`
+    read them: it refuses a request carrying one of them twice."""
+    out = [
+        (k, v)
+        for k, v in headers.items()
+        if k not in _HOP_BY_HOP
+        and not k.startswith("x-cachekit-")
+        and not (identity and k == "accept-encoding")
+    ]
     if identity:  # we parse the answer: ask for it uncompressed
-        out["accept-encoding"] = "identity"
+        out.append(("accept-encoding", "identity"))
     return out
 
 
@@ -301,8 +323,8 @@ class Proxy:
             code="request_too_large",
         )
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit():
-            if int(length) > limit:
+        if length is not None and length.isascii() and length.isdigit():
+            if len(length) > 18 or int(length) > limit:
                 raise too_large
             return await request.body()
         chunks, size = [], 0
@@ -333,7 +355,7 @@ class Proxy:
         try:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
-            tenant = self.tenants.resolve(request.headers.get("authorization"))
+            tenant = self.tenants.for_key(caller_key(request.headers.items()))
             req = self._prepare(endpoint, raw, tenant, controls.namespace)
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
@@ -406,11 +428,11 @@ class Proxy:
         ``{"recorded": bool}``; 400 for a bad body; 404 when no semantic hit of the caller's
         tenant was sent with that id by this process (or it was reported already)."""
         try:
+            tenant = self.tenants.for_key(caller_key(request.headers.items()))
             rid, correct = parse_feedback(await self._read_body(request))
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
-        tenant = self.tenants.resolve(request.headers.get("authorization"))
         held = self._hits.get(rid)
         if held is None or held[0] != tenant:
             return error_response(
@@ -569,6 +591,11 @@ class Proxy:
 
     async def passthrough(self, request: Request) -> Response:
         assert self.client is not None
+        try:
+            caller_key(request.headers.items())  # one credential, as on the cached endpoints
+        except RequestError as exc:
+            self.metrics.errors.labels("bad_request").inc()
+            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
         self.metrics.passthrough.inc()
         url = self.upstream + request.url.path
         if request.url.query:

@@ -1,0 +1,143 @@
+"""``cachekit serve`` in front of a misbehaving upstream (over real HTTP): an answer with a
+poisoned ``usage``, a stream that carried an error event and a stream with data after
+``[DONE]`` are relayed to the caller but never stored."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from cachekit.llm import completion_chunks, sse_event
+from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.testing import wait_until
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_proxy import ProxyProcess
+
+CHAT = "/v1/chat/completions"
+
+
+class PoisonUpstream(FakeUpstream):
+    """The fake upstream, with models that misbehave: ``poison-usage`` answers with
+    ``usage.prompt_tokens: "n/a"``; streamed, ``poison-error-event`` sends an ``event: error``
+    mid-stream and ``poison-after-done`` sends a chunk after ``[DONE]``."""
+
+    async def _generate(self, body: dict[str, Any], chat: bool) -> Response:
+        model = body.get("model")
+        if not isinstance(model, str) or not model.startswith("poison-"):
+            return await super()._generate(body, chat)
+        done = self._completion(body, chat)
+        if model == "poison-usage":
+            done["usage"]["prompt_tokens"] = "n/a"
+        if not body.get("stream"):
+            return JSONResponse(done)
+        events = [sse_event(c) for c in completion_chunks(done, include_usage=True, pieces=3)]
+        if model == "poison-error-event":
+            events.insert(2, b'event: error\ndata: {"message": "overloaded"}\n\n')
+        events.append(b"data: [DONE]\n\n")
+        if model == "poison-after-done":
+            events.append(sse_event({"choices": [{"index": 0, "delta": {"content": "!"}}]}))
+
+        async def gen() -> Any:
+            for e in events:
+                yield e
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[PoisonUpstream]:
+    fake = PoisonUpstream()
+    server = UpstreamServer(fake).start()
+    fake.url = server.url  # type: ignore[attr-defined]
+    try:
+        yield fake
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: PoisonUpstream) -> Iterator[ProxyProcess]:
+    p = ProxyProcess(upstream.url).start()  # type: ignore[attr-defined]
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def _post(proxy: ProxyProcess, key: str, model: str, **extra: Any) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi there"}], **extra}
+    headers = {"authorization": f"Bearer {key}", **extra.pop("headers", {})}
+    return httpx.post(proxy.url + CHAT, json=body, headers=headers, timeout=10.0)
+
+
+def _calls(upstream: PoisonUpstream, key: str) -> int:
+    return sum(
+        1
+        for c in upstream.calls
+        if c["path"] == CHAT and c["headers"].get("authorization") == f"Bearer {key}"
+    )
+
+
+def _only_if_cached(proxy: ProxyProcess, key: str, model: str, **extra: Any) -> int:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi there"}], **extra}
+    headers = {"authorization": f"Bearer {key}", "cache-control": "only-if-cached"}
+    return httpx.post(proxy.url + CHAT, json=body, headers=headers, timeout=10.0).status_code
+
+
+def test_poisoned_usage_is_relayed_not_stored(
+    proxy: ProxyProcess, upstream: PoisonUpstream
+) -> None:
+    key = f"sk-poison-{uuid.uuid4().hex}"
+    before = proxy.metric("cachekit_proxy_not_stored_total", reason="invalid")
+    for n in (1, 2):
+        r = _post(proxy, key, "poison-usage")
+        assert r.status_code == 200
+        assert r.json()["usage"]["prompt_tokens"] == "n/a"  # relayed as the upstream sent it
+        assert r.headers.get("x-cachekit-cache") != "HIT"
+        assert _calls(upstream, key) == n  # each one went upstream: nothing was stored
+    wait_until(
+        lambda: proxy.metric("cachekit_proxy_not_stored_total", reason="invalid") >= before + 2,
+        timeout=10.0,
+    )
+    assert _only_if_cached(proxy, key, "poison-usage") == 504
+    # the control: a well-formed answer on the same proxy is stored
+    assert _post(proxy, key, "gpt-4o-mini").status_code == 200
+    wait_until(lambda: _only_if_cached(proxy, key, "gpt-4o-mini") == 200, timeout=10.0)
+
+
+@pytest.mark.parametrize("model", ["poison-error-event", "poison-after-done"])
+def test_a_stream_with_an_error_or_data_after_done_is_relayed_not_stored(
+    proxy: ProxyProcess, upstream: PoisonUpstream, model: str
+) -> None:
+    key = f"sk-poison-{uuid.uuid4().hex}"
+    before = proxy.metric("cachekit_proxy_not_stored_total", reason="incomplete_stream")
+    r = _post(proxy, key, model, stream=True)
+    assert r.status_code == 200
+    assert b"data: [DONE]" in r.content
+    content = "".join(
+        (json.loads(line[6:]).get("choices") or [{}])[0].get("delta", {}).get("content") or ""
+        for line in r.text.splitlines()
+        if line.startswith("data: {")
+    )
+    assert "Answer #" in content  # the answer reached the caller
+    if model == "poison-error-event":
+        assert b"event: error" in r.content
+    wait_until(
+        lambda: (
+            proxy.metric("cachekit_proxy_not_stored_total", reason="incomplete_stream")
+            >= before + 1
+        ),
+        timeout=10.0,
+    )
+    assert _only_if_cached(proxy, key, model, stream=True) == 504
+    assert _post(proxy, key, model, stream=True).status_code == 200
+    assert _calls(upstream, key) == 2
