@@ -93,6 +93,22 @@ WARNING_INTERVAL_S = 10.0
 HIT_SAMPLE_EVERY = 64
 
 
+#: Namespace versions are integers below this (2**53: exact in a Lua number and in a float); a
+#: version key holding anything else is malformed (see :meth:`Engine._version_core`).
+VERSION_LIMIT = 2**53
+#: A version at or above this is exhausted: the next bump moves the namespace to a new epoch.
+#: Counting from the wall clock in milliseconds (about 2**41 today) never gets here honestly.
+VERSION_EXHAUSTED = 2**52
+
+
+def shared_version(data: Any) -> int | None:
+    """A namespace version read from (or returned by) the shared tier, or ``None`` when
+    ``data`` is absent or malformed: :func:`parse_version` bounded by :data:`VERSION_LIMIT`.
+    Never raises."""
+    version = parse_version(data)
+    return version if version is not None and version < VERSION_LIMIT else None
+
+
 class Engine:
     """A tiered cache's policy: in-process L1, optional shared L2, and everything around them.
 
@@ -306,13 +322,17 @@ class Engine:
 
     @property
     def version(self) -> int:
+        """The namespace version this process keys entries with (see :meth:`_version_core`)."""
         return self._version
 
     def _set_version(self, version: int) -> None:
         # Never backwards: a version key lost to eviction (or deleted) must not bring back the
-        # entries that invalidate_namespace() retired.
+        # entries that invalidate_namespace() retired. The one exception is a process at an
+        # exhausted version (only a value written by someone else gets there): it follows the
+        # shared key to the new epoch that the next bump moved the namespace to.
         with self._version_lock:
-            changed = version > self._version
+            current = self._version
+            changed = version > current or (current >= VERSION_EXHAUSTED and version != current)
             if changed:
                 self._version = version
         if changed:
@@ -323,27 +343,65 @@ class Engine:
         if self.l1 is not None:
             self.l1.clear()
 
+    def _fresh_epoch(self) -> int:
+        """Where a namespace whose version key was malformed or exhausted restarts: past the
+        version this process knows and at the wall clock in milliseconds, so past every version
+        an honest counter has held (the clock moves faster than invalidations are counted)."""
+        epoch = time.time_ns() // 1_000_000
+        known = self._version
+        return epoch if known >= VERSION_EXHAUSTED else max(known + 1, epoch)
+
     def _version_core(self, now: float) -> Core[None]:
         """Re-read the namespace version from the shared tier when it is due (callers test
-        ``now >= _next_version_check`` first: a generator costs more than the test). A missing
-        or unreadable version key is re-seeded with the highest version this process knows."""
+        ``now >= _next_version_check`` first: a generator costs more than the test).
+
+        The version key holds the decimal digits of an integer below :data:`VERSION_LIMIT`
+        (2**53, exact in a Lua number and a float). A process never goes below the highest
+        version it has seen, so:
+
+        * a missing key, or one lowered below the version this process knows, is re-seeded
+          with that version;
+        * a malformed key (not digits, float text such as ``1.5`` or ``9.2e+18``, a sign,
+          2**53 or more, e.g. 2**63-1) moves the namespace to a fresh *epoch*: a version past
+          the one this process knows and at least the wall clock in milliseconds, so past
+          every version used before; the re-seed is atomic (``raise_counter``) and every
+          process adopts what the key then holds;
+        * a version at or above :data:`VERSION_EXHAUSTED` (2**52, which honest counting
+          never reaches) is exhausted: the next :meth:`invalidate_namespace` moves the
+          namespace to a fresh epoch, and processes at an exhausted version follow the key
+          down to it.
+
+        Nothing here raises to a caller, and nothing but integer digits is ever written."""
         if now < self._next_version_check or self.l2 is None:
             return
         self._next_version_check = now + self._version_refresh_s
         got = yield ("get_many", [self._version_key])
         if got is FAILED:
             return
-        seen = parse_version(got[0])
+        seen = shared_version(got[0])
         if seen is None and (got[0] is not None or self._version > 0):
+            floor = self._version
             if got[0] is not None:
+                floor = self._fresh_epoch()
                 log.warning(
-                    "cachekit: namespace version key %s holds %r, not an integer; re-seeded",
+                    "cachekit: namespace version key %s holds %r, not a version; "
+                    "moved to a new epoch (%d)",
                     self._version_key,
                     got[0][:32],
+                    floor,
                 )
             if callable(getattr(self.l2, "raise_counter", None)):
-                seeded = yield ("raise_counter", (self._version_key, self._version))
-                seen = None if seeded is FAILED else int(seeded)
+                seeded = yield ("raise_counter", (self._version_key, floor))
+                seen = None if seeded is FAILED else shared_version(seeded)
+        elif (
+            seen is not None
+            and seen < self._version < VERSION_EXHAUSTED
+            and callable(getattr(self.l2, "raise_counter", None))
+        ):
+            # Lowered by another writer: put it back, so that processes started now do not
+            # adopt a version that was retired.
+            seeded = yield ("raise_counter", (self._version_key, self._version))
+            seen = None if seeded is FAILED else shared_version(seeded)
         if seen is not None:
             self._set_version(seen)
 
@@ -353,9 +411,14 @@ class Engine:
                 self._version += 1
             self.clear_l1()
             return True
+        known = self._version
         if callable(getattr(self.l2, "incr_from", None)):
-            # INCR-safe re-seed: a lost key restarts above the version this process knows.
-            new = yield ("incr_from", (self._version_key, self._version))
+            # INCR-safe re-seed: a lost key restarts above the version this process knows, a
+            # malformed or exhausted one at a fresh epoch (see _version_core).
+            new = yield (
+                "incr_from",
+                (self._version_key, known, self._fresh_epoch(), VERSION_EXHAUSTED),
+            )
         else:
             new = yield ("incr", self._version_key)
         if new is FAILED:
@@ -363,7 +426,16 @@ class Engine:
                 "cachekit: could not bump namespace %r: shared tier unavailable", self.namespace
             )
             return False
-        self._set_version(max(int(new), self._version + 1))
+        bumped = shared_version(new)
+        if bumped is None:
+            log.warning(
+                "cachekit: could not bump namespace %r: the shared tier answered %r",
+                self.namespace,
+                new,
+            )
+            return False
+        # At an exhausted version the bump moved to a new epoch, below the old version.
+        self._set_version(bumped if known >= VERSION_EXHAUSTED else max(bumped, known + 1))
         return True
 
     def invalidate_namespace(self) -> bool:

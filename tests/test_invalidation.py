@@ -210,7 +210,151 @@ def test_a_garbage_version_key_costs_nothing(caches: Callable[..., Cache]) -> No
     fresh = caches(name)
     ff = fresh.cached(name="f", ttl=300)(lambda x: x * 2)
     assert ff(3) == 6 and fa(4) == 8  # no exception to the caller
-    assert a.engine.version == 1
+    # Both moved past version 1 to the same new epoch, which the key now holds as digits.
+    stored = client.get(f"ck:{name}:__version__")
+    assert stored.isdigit() and int(stored) > 1
+    assert a.engine.version == fresh.engine.version == int(stored)
+
+
+def _epoch_of(client: Any, version_key: str, above: int) -> int:
+    """The version key's value, checked to be the digits of an integer in (above, 2**53)."""
+    raw = client.get(version_key)
+    assert raw is not None and raw.isdigit(), raw
+    assert above < int(raw) < 2**53
+    return int(raw)
+
+
+def _retire_two_versions(
+    caches: Callable[..., Cache], name: str, clock: ManualClock
+) -> tuple[Cache, Any, list[str], Any]:
+    """A cache whose entry for 1 was stored at version 0 ("v0") and 1 ("v1"), both still in
+    Redis: the function, the two retired keys and the Redis client."""
+    a = caches(name, clock=clock)
+    value = {"v": "v0"}
+    fa = a.cached(name="f", ttl=300)(lambda x: value["v"])
+    assert fa(1) == "v0"
+    retired = [fa.cache_key(1)]
+    assert a.invalidate_namespace() and a.engine.version == 1
+    value["v"] = "v1"
+    assert fa(1) == "v1"
+    retired.append(fa.cache_key(1))
+    value["v"] = "new"
+    client = a.engine.l2.client  # type: ignore[union-attr]
+    assert all(client.get(k) is not None for k in retired)
+    return a, fa, retired, client
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_saturated_version_key_moves_to_a_new_epoch(
+    caches: Callable[..., Cache], form: str
+) -> None:
+    name = ns()
+    clock = ManualClock()
+    a, fa, retired, client = _retire_two_versions(caches, name, clock)
+    version_key = f"ck:{name}:__version__"
+    client.set(version_key, 2**63 - 1)  # INCR would overflow; INCRBYFLOAT would write a float
+    if form == "sync":
+        assert a.invalidate_namespace()
+    else:
+        import asyncio
+
+        assert asyncio.run(a.engine.ainvalidate_namespace())
+    epoch = _epoch_of(client, version_key, above=1)
+    assert a.engine.version == epoch
+    assert fa(1) == "new" and fa.cache_key(1) not in retired
+    assert all(client.get(k) is not None for k in retired)  # still there, never served
+
+    # A process started afterwards reads the epoch: neither retired entry comes back.
+    b = caches(name, clock=clock)
+    fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
+    assert fb(1) == "new" and b.engine.version == epoch
+    assert b.invalidate_namespace()
+    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == b.engine.version
+    assert fb(1) == "computed by b"
+
+
+@pytest.mark.parametrize(
+    "junk", ["1.5", "abc", "-3", "9.2233720368547758e+18", str(2**53), "1e5", " 7", ""]
+)
+def test_a_malformed_version_key_neither_raises_nor_resurrects(
+    caches: Callable[..., Cache], junk: str
+) -> None:
+    name = ns()
+    clock = ManualClock()
+    a, fa, retired, client = _retire_two_versions(caches, name, clock)
+    version_key = f"ck:{name}:__version__"
+    client.set(version_key, junk)
+
+    # A process started now knows no version: it must not fall back to version 0's entry.
+    b = caches(name, clock=clock)
+    fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
+    assert fb(1) == "computed by b"
+    epoch = _epoch_of(client, version_key, above=1)
+    assert b.engine.version == epoch and fb.cache_key(1) not in retired
+
+    # The process that knew version 1 follows it to the epoch at its next version check.
+    clock.advance(2.0)
+    assert fa(1) == "computed by b" and a.engine.version == epoch
+    assert a.invalidate_namespace()
+    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == a.engine.version
+
+
+def test_a_malformed_version_key_is_replaced_by_the_next_bump(
+    caches: Callable[..., Cache],
+) -> None:
+    name = ns()
+    clock = ManualClock()
+    a, fa, retired, client = _retire_two_versions(caches, name, clock)
+    version_key = f"ck:{name}:__version__"
+    for junk in ("-3", "1.5"):
+        client.set(version_key, junk)
+        known = a.engine.version
+        assert a.invalidate_namespace()  # before any read of the junk
+        assert a.engine.version == _epoch_of(client, version_key, above=known)
+        assert fa(1) == "new" and fa.cache_key(1) not in retired
+
+
+def test_a_lowered_version_key_is_put_back_by_a_running_process(
+    caches: Callable[..., Cache],
+) -> None:
+    name = ns()
+    clock = ManualClock()
+    a, fa, retired, client = _retire_two_versions(caches, name, clock)
+    version_key = f"ck:{name}:__version__"
+    client.set(version_key, 0)
+    clock.advance(2.0)
+    assert fa(1) == "v1" and a.engine.version == 1  # never backwards ...
+    assert client.get(version_key) == b"1"  # ... and the key is put back
+    b = caches(name, clock=clock)
+    fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
+    assert fb(1) == "v1" and b.engine.version == 1  # not version 0's retired entry
+    assert fb.cache_key(1) == retired[1] != retired[0]
+
+
+def test_an_exhausted_version_moves_every_process_to_a_new_epoch(
+    caches: Callable[..., Cache],
+) -> None:
+    name = ns()
+    clock = ManualClock()
+    a, fa, retired, client = _retire_two_versions(caches, name, clock)
+    b = caches(name, clock=clock)
+    fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
+    assert fb(1) == "v1"
+    version_key = f"ck:{name}:__version__"
+    planted = 2**53 - 2  # a valid integer, but one bump short of what a Lua number holds
+    client.set(version_key, planted)
+    clock.advance(2.0)
+    assert fa(1) == "new" and fb(1) == "new"  # both adopted it: never backwards
+    assert a.engine.version == b.engine.version == planted
+    retired.append(fa.cache_key(1))
+
+    assert a.invalidate_namespace()
+    epoch = _epoch_of(client, version_key, above=1)
+    assert epoch < 2**52 and a.engine.version == epoch
+    clock.advance(2.0)
+    assert fb(1) == "computed by b" and b.engine.version == epoch  # b followed it down
+    assert fa(1) == "computed by b" and fa.cache_key(1) not in retired
+    assert all(client.get(k) is not None for k in retired)
 
 
 def test_invalidation_reaches_the_other_replica_on_a_cluster(redis_cluster: Any) -> None:

@@ -395,16 +395,20 @@ class RedisTier:
     def incr(self, key: str) -> int:
         return int(self.client.incr(key))
 
-    def incr_from(self, item: tuple[str, int]) -> int:
-        """Atomically raise the counter ``key`` to at least ``floor`` (``item = (key, floor)``;
-        a missing or non-integer value counts as absent), then add one. Returns the new value.
-        A counter lost to eviction thus restarts above what the caller has seen."""
-        key, floor = item
-        return int(self.client.eval(_INCR_FROM, 1, key, int(floor)))
+    def incr_from(self, item: tuple[int | str, ...]) -> int:
+        """Atomically raise the counter ``key`` to at least ``floor``, then add one, and return
+        the new value (``item = (key, floor)`` or ``(key, floor, epoch, exhausted)``). A counter
+        lost to eviction thus restarts above what the caller has seen. A malformed value
+        (anything but the digits of an integer below 2**53) restarts at
+        ``max(floor + 1, epoch)``, and a new value at or above ``exhausted`` (default 2**52) is
+        replaced by ``epoch``: the counter only ever holds such digits."""
+        key, *args = item
+        return int(self.client.eval(_INCR_FROM, 1, key, *(int(a) for a in args)))
 
     def raise_counter(self, item: tuple[str, int]) -> int:
         """Atomically raise the counter ``key`` to at least ``floor`` (``item = (key, floor)``)
-        and return its value: re-seeds a lost counter without undoing a concurrent increment."""
+        and return its value: re-seeds a lost or malformed counter (see :meth:`incr_from`)
+        without undoing a concurrent increment."""
         key, floor = item
         return int(self.client.eval(_RAISE, 1, key, int(floor)))
 
@@ -481,10 +485,10 @@ class RedisTier:
         c = await self.aclient()
         return int(await c.incr(key))
 
-    async def aincr_from(self, item: tuple[str, int]) -> int:
-        key, floor = item
+    async def aincr_from(self, item: tuple[int | str, ...]) -> int:
+        key, *args = item
         c = await self.aclient()
-        return int(await c.eval(_INCR_FROM, 1, key, int(floor)))
+        return int(await c.eval(_INCR_FROM, 1, key, *(int(a) for a in args)))
 
     async def araise_counter(self, item: tuple[str, int]) -> int:
         key, floor = item
@@ -511,25 +515,53 @@ class RedisTier:
             await entry[1].aclose()  # runs the generator's finally: closes the client
 
 
-_RAISE = """
-local cur = tonumber(redis.call('GET', KEYS[1]))
+#: A namespace version counter as the scripts below read it: the decimal digits of an integer
+#: below 2**53 (what a Lua number holds exactly), else nil; anything else (float text, a sign,
+#: hex, 2**63-1) counts as malformed, and the scripts never write anything but such digits.
+_COUNTER = """
+local function counter(raw)
+  if not raw then return nil end
+  if string.len(raw) > 16 or not string.match(raw, '^%d+$') then return false end
+  local n = tonumber(raw)
+  if n >= 9007199254740992 then return false end
+  return n
+end
+"""
+
+_RAISE = (
+    _COUNTER
+    + """
+local cur = counter(redis.call('GET', KEYS[1]))
 local floor = tonumber(ARGV[1])
-if cur == nil or cur < floor or cur ~= math.floor(cur) then
-  redis.call('SET', KEYS[1], floor)
+if not cur or cur < floor then
+  redis.call('SET', KEYS[1], string.format('%.0f', floor))
   return floor
 end
 return cur
 """
+)
 
-_INCR_FROM = """
-local cur = tonumber(redis.call('GET', KEYS[1]))
+# ARGV: the caller's version (a lost key restarts above it), a fresh epoch (where a malformed
+# value, or a counter at ARGV[3], restarts), and the exhaustion threshold.
+_INCR_FROM = (
+    _COUNTER
+    + """
+local cur = counter(redis.call('GET', KEYS[1]))
 local floor = tonumber(ARGV[1])
-if cur == nil or cur < floor or cur ~= math.floor(cur) then
-  cur = floor
+local epoch = tonumber(ARGV[2] or ARGV[1] + 1)
+local exhausted = tonumber(ARGV[3] or 4503599627370496)
+local new
+if cur == false then
+  new = math.max(floor + 1, epoch)
+else
+  if cur == nil or cur < floor then cur = floor end
+  new = cur + 1
 end
-redis.call('SET', KEYS[1], cur + 1)
-return cur + 1
+if new >= exhausted then new = epoch end
+redis.call('SET', KEYS[1], string.format('%.0f', new))
+return new
 """
+)
 
 #: Seconds one wait for a pub/sub message lasts: how long a follower takes to see stop().
 _FOLLOW_POLL_S = 1.0
