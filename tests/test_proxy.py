@@ -21,7 +21,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.proxy.testing import FakeUpstream, serving
 from cachekit.testing import wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -108,19 +108,14 @@ class ProxyProcess:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream(slow_s=3.0)
-    server = UpstreamServer(fake).start()
-    fake.url = server.url  # type: ignore[attr-defined]
-    try:
+    with serving(FakeUpstream(slow_s=3.0)) as fake:
         yield fake
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
     p = ProxyProcess(
-        upstream.url,  # type: ignore[attr-defined]
+        upstream.url,
         "--upstream-timeout",
         "1.5",
         "--max-body-bytes",

@@ -15,7 +15,7 @@ import pytest
 from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
 from cachekit.llm.rules import MAX_JSON_DEPTH, RequestError, caller_key, check_depth, parse_body
-from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.proxy.testing import FakeUpstream, serving
 from cachekit.testing import wait_until
 
 Headers = list[tuple[Any, Any]]  # str or bytes names and values
@@ -23,18 +23,13 @@ Headers = list[tuple[Any, Any]]  # str or bytes names and values
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream()
-    server = UpstreamServer(fake).start()
-    fake.url = server.url  # type: ignore[attr-defined]
-    try:
+    with serving(FakeUpstream()) as fake:
         yield fake
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url, "--max-body-bytes", "1048576").start()  # type: ignore[attr-defined]
+    p = ProxyProcess(upstream.url, "--max-body-bytes", "1048576").start()
     try:
         yield p
     finally:

@@ -16,7 +16,7 @@ import pytest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from cachekit.llm import completion_chunks, sse_event
-from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.proxy.testing import FakeUpstream, serving
 from cachekit.testing import wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,18 +55,13 @@ class PoisonUpstream(FakeUpstream):
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[PoisonUpstream]:
-    fake = PoisonUpstream()
-    server = UpstreamServer(fake).start()
-    fake.url = server.url  # type: ignore[attr-defined]
-    try:
+    with serving(PoisonUpstream()) as fake:
         yield fake
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def proxy(upstream: PoisonUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url).start()  # type: ignore[attr-defined]
+    p = ProxyProcess(upstream.url).start()
     try:
         yield p
     finally:

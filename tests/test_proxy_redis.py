@@ -22,25 +22,20 @@ from test_proxy import (
     wait_cached,
 )
 
-from cachekit.proxy.testing import FakeUpstream, UpstreamServer
+from cachekit.proxy.testing import FakeUpstream, serving
 from cachekit.testing import wait_until
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream()
-    server = UpstreamServer(fake).start()
-    fake.url = server.url  # type: ignore[attr-defined]
-    try:
+    with serving(FakeUpstream()) as fake:
         yield fake
-    finally:
-        server.stop()
 
 
 def test_two_replicas_share_exact_and_semantic_entries(
     redis_server: Any, upstream: FakeUpstream
 ) -> None:
-    url = upstream.url  # type: ignore[attr-defined]
+    url = upstream.url
     a = ProxyProcess(url, "--redis-url", redis_server.url).start()
     b = ProxyProcess(url, "--redis-url", redis_server.url, script=True).start()
     key = f"sk-secret-{uuid.uuid4().hex}"
@@ -81,7 +76,7 @@ def test_two_replicas_share_exact_and_semantic_entries(
 def test_feedback_on_one_replica_demotes_the_entry_on_the_other(
     redis_server: Any, upstream: FakeUpstream
 ) -> None:
-    url = upstream.url  # type: ignore[attr-defined]
+    url = upstream.url
     a = ProxyProcess(url, "--redis-url", redis_server.url).start()
     b = ProxyProcess(url, "--redis-url", redis_server.url).start()
     key = f"sk-secret-{uuid.uuid4().hex}"
@@ -106,7 +101,7 @@ def test_feedback_on_one_replica_demotes_the_entry_on_the_other(
 
 
 def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any, upstream: FakeUpstream) -> None:
-    p = ProxyProcess(upstream.url, "--redis-url", redis_server.url).start()  # type: ignore
+    p = ProxyProcess(upstream.url, "--redis-url", redis_server.url).start()
     key = f"sk-load-{uuid.uuid4().hex}"
     statuses: list[int] = []
     lock = threading.Lock()
@@ -161,7 +156,7 @@ def answered_from_cache(p: ProxyProcess, key: str, messages: list[dict[str, str]
 @pytest.mark.model
 def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
     # The real model with the library's default threshold.
-    p = ProxyProcess(upstream.url, embedder=None, threshold=None).start(timeout=120)  # type: ignore
+    p = ProxyProcess(upstream.url, embedder=None, threshold=None).start(timeout=120)
     key = f"sk-model-{uuid.uuid4().hex}"
     client = make_client(p, key)
     try:
@@ -184,7 +179,7 @@ def test_real_model_semantic_hit(upstream: FakeUpstream) -> None:
 
 
 def test_replicas_on_a_redis_cluster(redis_cluster: Any, upstream: FakeUpstream) -> None:
-    url = upstream.url  # type: ignore[attr-defined]
+    url = upstream.url
     ns = f"t{uuid.uuid4().hex[:10]}"  # the cluster is shared by the session
     a = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()
     b = ProxyProcess(url, "--redis-cluster-url", redis_cluster.url, "--namespace", ns).start()

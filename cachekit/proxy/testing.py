@@ -27,8 +27,9 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -61,6 +62,8 @@ class FakeUpstream:
     def __init__(self, latency: float = 0.0, slow_s: float = 3.0) -> None:
         self.latency = latency
         self.slow_s = slow_s
+        #: Where it answers, once served (:func:`serving`); empty before.
+        self.url = ""
         self.calls: list[dict[str, Any]] = []
         self.gate = threading.Event()
         self.answers = 0
@@ -316,6 +319,9 @@ class FakeUpstream:
         return app
 
 
+FakeUpstreamT = TypeVar("FakeUpstreamT", bound=FakeUpstream)
+
+
 class UpstreamServer:
     """Serve a :class:`FakeUpstream` with uvicorn in a background thread on 127.0.0.1."""
 
@@ -369,3 +375,14 @@ def main() -> None:  # pragma: no cover - benchmark helper
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+@contextmanager
+def serving(upstream: FakeUpstreamT) -> Iterator[FakeUpstreamT]:
+    """``upstream`` served on a free loopback port for the block, its ``url`` set."""
+    server = UpstreamServer(upstream).start()
+    upstream.url = server.url
+    try:
+        yield upstream
+    finally:
+        server.stop()
