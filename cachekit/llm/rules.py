@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from cachekit.llm.validate import check_response
+
 __all__ = [
     "CACHED_ENDPOINTS",
     "CHAT",
@@ -578,7 +580,6 @@ def cacheable_response(
     ``object``, ``usage`` counts, ``choices``), every choice finished (``finish_reason`` not
     ``null``; not ``length`` unless ``cache_length``; never ``content_filter``). The reason's
     first word is a metric label: ``status``, ``error``, ``no``, ``finish_reason``, ``invalid``."""
-    from cachekit.llm.validate import check_response  # here: the top of this module is shared
 
     if not 200 <= status < 300:
         return False, f"status {status}"

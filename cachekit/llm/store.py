@@ -315,10 +315,7 @@ class LLMCache:
         return value["r"], age
 
     def _count_malformed(self, key: Any, why: str) -> None:
-        engine = getattr(self.cache, "engine", None)
-        telemetry = getattr(engine, "telemetry", None)
-        if telemetry is not None:
-            telemetry.serialization_errors += 1
+        self.cache.engine.telemetry.serialization_errors += 1
         log.warning("cachekit: malformed LLM cache entry %s served as a miss: %s", key, why)
 
     def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:

@@ -355,7 +355,7 @@ class Proxy:
         try:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
-            tenant = self.tenants.for_key(caller_key(request.headers.items()))
+            tenant = self.tenants.for_headers(request.headers.items())
             req = self._prepare(endpoint, raw, tenant, controls.namespace)
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
@@ -428,7 +428,7 @@ class Proxy:
         ``{"recorded": bool}``; 400 for a bad body; 404 when no semantic hit of the caller's
         tenant was sent with that id by this process (or it was reported already)."""
         try:
-            tenant = self.tenants.for_key(caller_key(request.headers.items()))
+            tenant = self.tenants.for_headers(request.headers.items())
             rid, correct = parse_feedback(await self._read_body(request))
         except RequestError as exc:
             self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()

@@ -47,7 +47,7 @@ import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 __all__ = [
@@ -342,25 +342,27 @@ _ARTICLES = frozenset("the a an my your our their this that it its python".split
 
 # ---------------------------------------------------------------------------------- parsing
 
-_URL = r"(?:https?://|www\.)[^\s<>\"'`]+"
-_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-_QUOTED = r"`[^`\n]{1,200}`|(?<![\w'])\"[^\"\n]{1,200}\"|(?<![\w])'[^'\n]{1,200}'(?![\w])"
-_PATH = r"(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\[^\s]+"
-_FLAG = r"(?<![\w-])--?[A-Za-z][\w-]*"
-_FILE = (
+_URL = re.compile(r"(?:https?://|www\.)[^\s<>\"'`]+")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_QUOTED = re.compile(
+    r"`[^`\n]{1,200}`|(?<![\w'])\"[^\"\n]{1,200}\"|(?<![\w])'[^'\n]{1,200}'(?![\w])"
+)
+_PATH = re.compile(r"(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|[A-Za-z]:\\[^\s]+")
+_FLAG = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
+_FILE = re.compile(
     r"\b[\w-]+\.(?:py|js|ts|tsx|jsx|json|ya?ml|toml|ini|cfg|conf|txt|md|csv|html|css|sh|rs|go"
     r"|java|c|h|cpp|rb|php|sql|lock|env|xml|log)\b"
 )
-_CALL = r"\b[A-Za-z_][\w.]*\(\)"
-_DOTTED = r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"
-_SNAKE = r"\b[A-Za-z]\w*_\w+\b"
-_CAMEL = r"\b[a-z]+[A-Z]\w*\b"
+_CALL = re.compile(r"\b[A-Za-z_][\w.]*\(\)")
+_DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b")
+_SNAKE = re.compile(r"\b[A-Za-z]\w*_\w+\b")
+_CAMEL = re.compile(r"\b[a-z]+[A-Z]\w*\b")
 _NOT_DOTTED = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m", "u.s", "u.k"})
 _DOT_GATE = re.compile(r"\w\.\w|\(\)")
 _CAMEL_GATE = re.compile(r"[a-z][A-Z]")
 
 
-def _gated(text: str) -> Iterator[tuple[str, bool]]:
+def _gated(text: str) -> Iterator[tuple[re.Pattern[str], bool]]:
     """``(pattern, counts one-sided)`` for each identifier pattern whose characters the text
     has at all: most texts have none, and one pass per pattern is cheaper than one alternation."""
     if "://" in text or "www." in text:
@@ -651,7 +653,7 @@ def _identifiers(text: str, tokens: list[str]) -> tuple[frozenset[str], frozense
     idents: set[str] = set()
     anchored: set[str] = set()
     for pattern, one_sided in _gated(text):
-        for m in _compiled(pattern).finditer(text):
+        for m in pattern.finditer(text):
             value = m.group(0).strip("`\"'").lower().rstrip(".,;:!?)")
             if value and value not in _NOT_DOTTED:
                 idents.add(value)
@@ -664,11 +666,6 @@ def _identifiers(text: str, tokens: list[str]) -> tuple[frozenset[str], frozense
             if b in _CUE_AFTER and a not in _ARTICLES:
                 idents.add(a)
     return frozenset(idents), frozenset(anchored)
-
-
-@cache
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
 
 
 def estimate_tokens(text: str, stop_above: int | None = None) -> int:
