@@ -17,13 +17,14 @@ from cachekit.engine import Engine
 from cachekit.features import FeatureSet
 from cachekit.health import Health
 from cachekit.protocols import Clock, Serializer
-from cachekit.semantic.arbiter import report_feedback
+from cachekit.semantic.arbiter import cache_labels, report_feedback
 from cachekit.semantic.decorator import make_semantic
 from cachekit.telemetry import CacheStats
 from cachekit.types import CacheKey, LookupResult, Status
 
 if TYPE_CHECKING:
     from cachekit.protocols import StorageTier
+    from cachekit.semantic.arbiter import Label
     from cachekit.storage.memory import MemoryStore
     from cachekit.types import Envelope
 
@@ -270,6 +271,13 @@ class Cache:
         repeatedly, evicts it; see docs/hit-quality.md. Returns whether a semantic tier of this
         cache knew the hit."""
         return report_feedback(self.engine, result, correct)
+
+    def labels(self) -> list[Label]:
+        """The verdicts this process recorded on its semantic functions' hits and checks, as
+        labelled pairs, oldest first (the last 10,000 per function): explorations and checked
+        misses (``source="check"``) and users' :meth:`feedback` (``"feedback"``). See
+        docs/labels.md; ``cachekit export-labels`` reads the ones shared through Redis."""
+        return cache_labels(self.engine)
 
 
 def _redis_tier(

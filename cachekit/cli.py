@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from cachekit import labels as labels_cli
 from cachekit._version import __version__
 from cachekit.proxy import server as serve_cli
 from cachekit.proxy.config import load_embedder
@@ -31,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     _add_train_verifier(sub)
+    _add_tune(sub)
+    labels_cli.add_parser(sub)
     return parser
 
 
@@ -71,6 +74,104 @@ def _train_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tu = sub.add_parser(
+        "tune",
+        help="fine-tune the embedder on labelled pairs into a small adapter (docs/tuning.md)",
+        description="Train a low-rank adapter for the packaged embedder on the train part of "
+        "PAIRS (JSON lines: query, cached, duplicate; several files are read as one), choose its "
+        "operating point on the tune part, measure base and tuned on the test part (no text is "
+        "in two parts), and write the adapter and tune.json to --out. Stop it at any time: the "
+        "same command resumes from its last checkpoint.",
+    )
+    tu.add_argument(
+        "pairs", nargs="+", help="labelled pairs, JSON lines {query, cached, duplicate}"
+    )
+    tu.add_argument("--out", required=True, help="directory to write the tuned adapter to")
+    defaults = _tune_defaults()
+    tu.add_argument("--steps", type=int, default=defaults["steps"], help="training steps")
+    tu.add_argument(
+        "--batch-size", type=int, default=defaults["batch_size"], help="pairs per loss per step"
+    )
+    tu.add_argument("--learning-rate", type=float, default=defaults["learning_rate"])
+    tu.add_argument("--rank", type=int, default=defaults["rank"], help="the adapter's rank")
+    tu.add_argument("--seed", type=int, default=defaults["seed"])
+    tu.add_argument(
+        "--held-back",
+        type=float,
+        default=defaults["held_back"],
+        help="share of pairs kept out of training: half to choose the operating point, half "
+        "only to report on",
+    )
+    tu.add_argument(
+        "--max-pairs", type=int, default=None, help="use a seeded sample of this many pairs"
+    )
+    tu.add_argument(
+        "--target-precision",
+        type=float,
+        default=defaults["target_precision"],
+        help="share of judgeable hits that must be right at the operating point",
+    )
+    tu.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="NAME=PAIRS",
+        help="also measure base and tuned on these labelled pairs (never trained on); repeatable",
+    )
+    tu.add_argument(
+        "--verifier",
+        action="store_true",
+        help="also retrain the hit verifier on the tuned vectors (OUT/verifier.json)",
+    )
+    tu.add_argument(
+        "--onnx", action="store_true", help="also export the tuned model to ONNX (fp32 and int8)"
+    )
+    tu.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    tu.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _tune_defaults() -> dict[str, object]:
+    # The defaults live with TuneConfig; reading them here keeps one source of truth without
+    # importing torch for `cachekit --help`.
+    from dataclasses import fields
+
+    from cachekit.semantic.tune_config import TuneConfig
+
+    return {f.name: f.default for f in fields(TuneConfig)}
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from cachekit.semantic.tune import run_tune
+    from cachekit.semantic.tune_config import TuneConfig
+
+    try:
+        config = TuneConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            rank=args.rank,
+            alpha=2 * args.rank,
+            seed=args.seed,
+            max_pairs=args.max_pairs,
+            held_back=args.held_back,
+            target_precision=args.target_precision,
+            threads=args.threads,
+        )
+        return run_tune(
+            args.pairs,
+            args.out,
+            config,
+            evals=args.eval,
+            verifier=args.verifier,
+            onnx=args.onnx,
+            progress=not args.no_progress,
+        )
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"cachekit tune: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -88,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_cli.serve(config)
     if args.command == "train-verifier":
         return _train_verifier(args)
+    if args.command == "tune":
+        return _tune(args)
+    if args.command == "export-labels":
+        return labels_cli.run(args)
     # No command is a usage error, as argparse's own are: exit 2, help on stderr.
     parser.print_help(sys.stderr)
     return 2

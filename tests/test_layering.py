@@ -54,6 +54,10 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.verifier_features": MECHANISMS,
     "cachekit.semantic.slots": MECHANISMS,
     "cachekit.semantic.error_bounded": MECHANISMS,
+    # Labelled pairs and their measures, and a tune's settings and loader: pure mechanisms.
+    "cachekit.semantic.pairs": MECHANISMS,
+    "cachekit.semantic.tune_config": MECHANISMS,
+    "cachekit.semantic.tuned": MECHANISMS,
     "cachekit.semantic.testing": MECHANISMS,
     "cachekit.engine": ENGINE,
     "cachekit.decorators": ENTRY_POINTS,
@@ -66,6 +70,7 @@ LAYERS: dict[str, int] = {
     "cachekit.replay": APPLICATIONS,
     "cachekit.adapters": APPLICATIONS,
     "cachekit.cli": APPLICATIONS,
+    "cachekit.labels": APPLICATIONS,  # `cachekit export-labels`
     "cachekit.demo": APPLICATIONS,
     "cachekit.__main__": APPLICATIONS,
 }

@@ -503,7 +503,7 @@ def test_json_and_html_outputs_through_the_command_line(
     real = runner.ReplayOptions
 
     def with_test_embedder(**kw: Any) -> ReplayOptions:
-        return real(embedder=DeterministicTestEmbedder(64), **kw)
+        return real(**{**kw, "embedder": DeterministicTestEmbedder(64)})
 
     monkeypatch.setattr(runner, "ReplayOptions", with_test_embedder)
     log = write_records(tmp_path / "log.jsonl")
@@ -722,7 +722,7 @@ def test_refusal_counts_by_kind_in_the_json_report(
 
     real = runner.ReplayOptions
     monkeypatch.setattr(
-        runner, "ReplayOptions", lambda **kw: real(embedder=DeterministicTestEmbedder(64), **kw)
+        runner, "ReplayOptions", lambda **kw: real(**{**kw, "embedder": DeterministicTestEmbedder(64)})
     )
     log = _numbers_log()
     out_json = tmp_path / "r.json"

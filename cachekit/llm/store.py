@@ -589,10 +589,14 @@ def build_cache(
     threshold = config.threshold
     if config.semantic and (config.policy != "threshold" or not config.slot_guard):
         from cachekit.semantic.policies import build_policy
+        from cachekit.semantic.policy import operating_point_of
 
         name, setting = config.policy, config.policy_setting
         if name == "threshold":
-            setting, threshold = threshold, None
+            # No threshold given: the embedder's own operating point (a tuned one's), as
+            # cache.semantic does.
+            setting = threshold if threshold is not None else operating_point_of(embedder)
+            threshold = None
         policy = build_policy(
             name, setting, comparator=AnswerComparator(embedder), guard=config.slot_guard
         )

@@ -117,10 +117,15 @@ class ProxyConfig:
 
 
 def load_embedder(spec: str) -> Any:
-    """The embedder named by ``module:callable`` (the callable is called with no arguments),
-    or ``None`` for an empty spec (the default model)."""
+    """The embedder named by ``spec``: a directory written by ``cachekit tune`` (the tuned
+    embedder, with its operating point), or ``module:callable`` (the callable is called with no
+    arguments); ``None`` for an empty spec (the default model)."""
     if not spec:
         return None
+    if Path(spec).is_dir():
+        from cachekit.semantic.tuned import load_embedder as load_tuned
+
+        return load_tuned(spec)
     module, _, attr = spec.partition(":")
     if not module or not attr:
         raise ValueError(f"embedder must be 'module:callable', got {spec!r}")

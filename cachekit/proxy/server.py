@@ -55,7 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--max-body-bytes", type=int, help="larger request bodies get 413 (default 4 MiB)")
     a("--upstream-timeout", type=float, help="seconds to wait for each upstream read")
-    a("--embedder", help="module:callable returning the embedder (default: the bundled model)")
+    a(
+        "--embedder",
+        help="a directory written by `cachekit tune`, or module:callable returning the embedder "
+        "(default: the bundled model)",
+    )
     a("--log-level", help="uvicorn log level (default warning)")
 
 

@@ -81,6 +81,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="replay without the slot guard (to see what it saves on your log)",
     )
     p.add_argument(
+        "--embedder",
+        default="",
+        metavar="DIR|module:callable",
+        help="the embedder to replay with: a directory written by `cachekit tune` (its "
+        "operating point is the default threshold), or module:callable (default: the bundled "
+        "model), as for `cachekit serve --embedder`",
+    )
+    p.add_argument(
         "--policy",
         default="threshold",
         metavar="NAME",
@@ -152,6 +160,7 @@ def _progress(enabled: bool) -> Iterator[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from cachekit.llm import LLMCacheConfig
+    from cachekit.proxy.config import load_embedder
     from cachekit.replay.runner import ReplayOptions, run_replay
 
     try:
@@ -172,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                     rate=args.rate,
                     upstream_concurrency=args.upstream_concurrency,
                     config=config,
+                    embedder=load_embedder(args.embedder),
                     progress=hook,
                 ),
             )

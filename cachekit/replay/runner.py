@@ -42,7 +42,7 @@ from cachekit.replay.policies import policy_factory
 from cachekit.replay.report import EXACT, MISS, SEMANTIC, Outcome, Report, Usage, build_report
 from cachekit.replay.truth import Truth, read_truth
 from cachekit.replay.vectors import PrecomputedEmbedder, embed_all, single_text_ms
-from cachekit.semantic.policy import ThresholdPolicy
+from cachekit.semantic.policy import ThresholdPolicy, operating_point_of
 
 if TYPE_CHECKING:
     from cachekit.protocols import Embedder
@@ -280,14 +280,21 @@ def _prices(config: LLMCacheConfig, path: str | Path | None) -> tuple[PriceTable
     return table, f"{Path(path).name} over the built-in table of {PRICES_AS_OF}"
 
 
-def _config_for(base: LLMCacheConfig, policy: str, setting: float | None) -> LLMCacheConfig:
-    """The production config with the replay's policy setting; always in-process."""
+def _config_for(
+    base: LLMCacheConfig, policy: str, setting: float | None, embedder: Embedder | None = None
+) -> LLMCacheConfig:
+    """The production config with the replay's policy setting; always in-process. With no
+    setting, the threshold policy uses the config's threshold, else the embedder's operating
+    point (a tuned embedder's), else the library default."""
     hit_policy = policy_factory(policy)(setting)  # a bad name or setting fails here
     if isinstance(hit_policy, ThresholdPolicy):
+        threshold = hit_policy.threshold
+        if setting is None:
+            threshold = base.threshold or operating_point_of(embedder)
         return dataclasses.replace(
             base,
             policy="threshold",
-            threshold=hit_policy.threshold,
+            threshold=threshold,
             policy_setting=None,
             redis_url=None,
             redis_cluster_url=None,
@@ -316,7 +323,8 @@ def run_replay(
     """Read, embed once, replay (once, plus once per sweep point) and report."""
     opts = options or ReplayOptions()
     base = opts.config or LLMCacheConfig()
-    _config_for(base, opts.policy, opts.setting)  # a bad policy fails before any work
+    # A bad policy fails before any work:
+    _config_for(base, opts.policy, opts.setting, opts.embedder)
     parsed = read_log(
         input_path, outputs_path, endpoint_ok=endpoint_ok, tenant_field=opts.tenant_field
     )
@@ -337,7 +345,7 @@ def run_replay(
     table, embed_ms = _embed_texts(prep, embedder, opts.progress)
 
     def run(setting: float | None) -> Report:
-        config = _config_for(base, opts.policy, setting)
+        config = _config_for(base, opts.policy, setting, opts.embedder)
         value = _setting_of(config)
         name = opts.policy if value is None else f"{opts.policy}:{value:g}"
         outcomes = replay(
@@ -354,7 +362,7 @@ def run_replay(
         return report
 
     points = [run(s) for s in opts.sweep]
-    chosen = _setting_of(_config_for(base, opts.policy, opts.setting))
+    chosen = _setting_of(_config_for(base, opts.policy, opts.setting, opts.embedder))
     head = next(
         (
             p

@@ -23,6 +23,8 @@ KINDS = ("new", "repeat", "paraphrase", "near_miss")
 class TruthLine:
     kind: str
     answer: str
+    #: The earliest request whose answer serves this one (a ``custom_id``), or None.
+    equivalent_to: str | None = None
 
 
 @dataclass
@@ -57,5 +59,10 @@ def read_truth(path: str | Path, skipped: Skipped) -> Truth:
                 skipped.add(f"truth_{MISSING_FIELD}", where)
                 continue
             kind = obj.get("kind")
-            lines[cid] = TruthLine(kind if isinstance(kind, str) else "", str(answer))
+            eq = obj.get("equivalent_to")
+            lines[cid] = TruthLine(
+                kind if isinstance(kind, str) else "",
+                str(answer),
+                eq if isinstance(eq, str) else None,
+            )
     return Truth(lines)

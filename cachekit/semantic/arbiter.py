@@ -16,14 +16,22 @@ Records are read locally on every lookup, never from elsewhere. To share them (t
 through Redis), a tier sets :attr:`HitArbiter.on_verdict`, called after each verdict has been
 recorded, collects served counts with :meth:`HitArbiter.take_served` now and then, and hands
 records read from other processes to :meth:`HitArbiter.merge_stats`.
+
+Every verdict is also kept as a :class:`Label` (query, candidate text, right or wrong, where the
+verdict came from, similarity) in a bounded log, :meth:`HitArbiter.labels`, newest last: labelled
+pairs from the cache's own traffic, for ``cachekit tune``. :func:`cache_labels` gathers them from
+every arbiter of a cache (``Cache.labels()``); a tier that shares them sets
+:attr:`HitArbiter.on_label`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 import weakref
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
@@ -32,9 +40,14 @@ from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy,
 from cachekit.semantic.slots import refusal_kind
 
 __all__ = [
+    "LABELS_MAX",
+    "LABEL_SOURCES",
     "Choice",
     "HitArbiter",
+    "Label",
+    "LabelHook",
     "VerdictHook",
+    "cache_labels",
     "equal_values",
     "merged_stats",
     "report_feedback",
@@ -50,6 +63,61 @@ _UNSENT_MAX = 10_000
 
 #: ``on_verdict(entry_id, correct, similarity, user)``: a verdict was recorded.
 VerdictHook = Callable[[int, bool, float, bool], None]
+
+#: Most verdicts an arbiter keeps as labels (the oldest are dropped beyond it).
+LABELS_MAX = 10_000
+#: Where a label's verdict came from: the policy's check of a fresh answer against the
+#: candidate's (an exploration, or a miss checked against its nearest candidate), or a user.
+LABEL_SOURCES = ("check", "feedback")
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """One verdict as a labelled pair: would ``candidate``'s stored answer answer ``query``.
+
+    ``source`` is ``"check"`` (the function's fresh answer compared with the stored one by the
+    policy's comparator: only as good as that comparator) or ``"feedback"`` (a user's word,
+    ``cache.feedback``). ``at_s`` is when it was recorded (seconds since the epoch)."""
+
+    query: str
+    candidate: str
+    correct: bool
+    source: str
+    similarity: float
+    at_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The label as JSON-ready data (what the shared Redis list holds)."""
+        return {
+            "query": self.query,
+            "candidate": self.candidate,
+            "correct": self.correct,
+            "source": self.source,
+            "similarity": self.similarity,
+            "at_s": self.at_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Label:
+        """The label :meth:`to_dict` wrote; raises ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a label is a JSON object, got {type(data).__name__}")
+        q, c, ok, src = (data.get(k) for k in ("query", "candidate", "correct", "source"))
+        if not isinstance(q, str) or not isinstance(c, str):
+            raise ValueError("query and candidate must be strings")
+        if not isinstance(ok, bool) or src not in LABEL_SOURCES:
+            raise ValueError(f"correct must be a bool and source one of {LABEL_SOURCES}")
+        return cls(q, c, ok, src, _finite(data.get("similarity")), _finite(data.get("at_s")))
+
+
+def _finite(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise ValueError(f"expected a finite number, got {x!r}")
+    return float(x)
+
+
+#: ``on_label(label)``: a verdict was recorded (called after :data:`VerdictHook`).
+LabelHook = Callable[[Label], None]
 
 
 class _Entry(Protocol):
@@ -109,6 +177,7 @@ class HitArbiter:
         evict: Callable[[str, str], bool],
         capacity: int = 100_000,
         evict_after: int = 2,
+        labels_max: int = LABELS_MAX,
     ) -> None:
         self.policy = policy
         #: The slot check every candidate passes before the policy sees it (the policy's).
@@ -128,6 +197,9 @@ class HitArbiter:
         self._unsent: OrderedDict[int, int] = OrderedDict()
         #: Called (outside the lock, errors logged) after each verdict; see the module doc.
         self.on_verdict: VerdictHook | None = None
+        #: Called (outside the lock, errors logged) with each verdict's :class:`Label`.
+        self.on_label: LabelHook | None = None
+        self._labels: deque[Label] = deque(maxlen=max(1, labels_max))
         self.explorations = 0
         self.verdicts = 0
         self.reports = 0
@@ -296,16 +368,41 @@ class HitArbiter:
                 )
             self._put_stats(cand.entry_id, st)
             self.verdicts += 1
+            label = Label(
+                check.query,
+                cand.text,
+                correct,
+                "feedback" if user else "check",
+                float(cand.similarity),
+                time.time(),
+            )
+            self._labels.append(label)
         try:
             self.policy.observe(check.query, replace(cand, stats=st), correct)
         except Exception:
             log.warning("cachekit: hit policy %r failed to observe", self.policy, exc_info=True)
+        self._announce(cand.entry_id, label, user)
+
+    def _announce(self, entry_id: int, label: Label, user: bool) -> None:
+        """Hand a recorded verdict to the hooks; their failures are logged, never raised."""
         hook = self.on_verdict
         if hook is not None:
             try:
-                hook(cand.entry_id, correct, cand.similarity, user)
+                hook(entry_id, label.correct, label.similarity, user)
             except Exception:
                 log.warning("cachekit: sharing a semantic verdict failed", exc_info=True)
+        on_label = self.on_label
+        if on_label is not None:
+            try:
+                on_label(label)
+            except Exception:
+                log.warning("cachekit: sharing a semantic label failed", exc_info=True)
+
+    def labels(self) -> list[Label]:
+        """The last ``labels_max`` (:data:`LABELS_MAX`) verdicts as labelled pairs, oldest
+        first."""
+        with self._lock:
+            return list(self._labels)
 
     # ------------------------------------------------------------------ sharing
 
@@ -375,6 +472,16 @@ _REGISTRY_LOCK = threading.Lock()
 def _register(cache: Any, arbiter: HitArbiter) -> None:
     with _REGISTRY_LOCK:
         _BY_CACHE.setdefault(cache, weakref.WeakSet()).add(arbiter)
+
+
+def cache_labels(engine: Any) -> list[Label]:
+    """The labels of every semantic function of the cache whose engine is ``engine``, oldest
+    first (see :meth:`HitArbiter.labels`)."""
+    with _REGISTRY_LOCK:
+        arbiters = list(_BY_CACHE.get(engine, ()))
+    out = [label for a in arbiters for label in a.labels()]
+    out.sort(key=lambda label: label.at_s)
+    return out
 
 
 def report_feedback(engine: Any, result: Any, correct: bool) -> bool:

@@ -84,7 +84,7 @@ def make_semantic(
     """Implements :meth:`cachekit.Cache.semantic` (``owner``) over ``engine``; see
     ``docs/semantic.md``."""
     _require_extras(embedder, index_factory)
-    hit_policy = resolve_policy(threshold, policy)
+    hit_policy = resolve_policy(threshold, policy, embedder)
     if ttl is not None and (
         isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0
     ):

@@ -630,6 +630,12 @@ class CachedEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
+    @property
+    def operating_point(self) -> float | None:
+        """The inner embedder's ``operating_point`` (a tuned embedder's threshold), if any."""
+        point = getattr(self.inner, "operating_point", None)
+        return point if isinstance(point, float) else None
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._cache)

@@ -22,6 +22,10 @@ counters are incremented, ``st_sim`` only ever rises, and nothing is written for
 is gone) and announces a verdict with a ``stats`` message on the log; served counts are added
 without a message. Stores without these methods simply do not share records.
 
+Verdicts are also kept as labelled pairs (:class:`~cachekit.semantic.arbiter.Label`, one JSON
+object each) in the capped list ``{base}:labels``, newest first: :meth:`RedisSemanticStore.
+push_labels` pushes and trims it in one round trip, and ``cachekit export-labels`` reads it.
+
 A cursor is opaque to the tier. Here it is ``b"<stream id> <n>"``: the last message read and how
 many messages the stream had received up to it. Comparing ``n`` with the stream's
 ``entries-added`` (Redis >= 7) tells whether messages the reader has not seen were trimmed
@@ -42,6 +46,7 @@ import numpy as np
 from cachekit.semantic.policy import EntryStats
 
 __all__ = [
+    "LABELS_SUFFIX",
     "LOG_READ_BATCH",
     "PIPELINE_CHUNK",
     "READER_TIMEOUT_MARGIN_S",
@@ -57,6 +62,8 @@ __all__ = [
     "parse_stats",
 ]
 
+#: What ends the key of a tier's list of labelled verdicts (``{base}:labels``).
+LABELS_SUFFIX = ":labels"
 #: Most entries written, deleted or fetched per pipeline round trip.
 PIPELINE_CHUNK = 500
 #: Most log messages returned by one read; a full batch means more are waiting.
@@ -205,6 +212,8 @@ class SemanticStore(Protocol):
     #       ``origin`` is None.
     #   fetch_stats(ids) -> tuple[dict[int, EntryStats], list[tuple[int, str]]]
     #       the stored records of ``ids`` (entries without one skipped), and the malformed.
+    #   push_labels(records: Sequence[str], cap: int) -> None
+    #       add verdicts (JSON) to the tier's capped list of labels, keeping the newest ``cap``.
 
 
 class RedisSemanticStore:
@@ -228,6 +237,7 @@ class RedisSemanticStore:
         self.log_maxlen = log_maxlen
         self.log_key = f"{base}:log"
         self.gen_key = f"{base}:gen"
+        self.labels_key = f"{base}{LABELS_SUFFIX}"
         self._entry_prefix = f"{base}:e:"
         self._reader_factory = reader
         self._reader: Any = None
@@ -313,6 +323,16 @@ class RedisSemanticStore:
                 target.execute()
             if origin is not None:
                 self._announce("stats", (c.id for c in chunk), origin)
+
+    def push_labels(self, records: Sequence[str], cap: int) -> None:
+        """Add ``records`` (JSON labels) to the front of the labels list and trim it to the
+        newest ``cap``, in one pipelined round trip."""
+        if not records:
+            return
+        pipe = self._pipeline()
+        pipe.lpush(self.labels_key, *records)
+        pipe.ltrim(self.labels_key, 0, max(1, cap) - 1)
+        pipe.execute()
 
     def fetch_stats(
         self, ids: Sequence[int]

@@ -283,10 +283,24 @@ def as_hit_policy(policy: object) -> HitPolicy:
     )
 
 
-def resolve_policy(threshold: float | None, policy: object | None) -> HitPolicy:
-    """The policy for ``threshold=`` / ``policy=`` as given to ``cache.semantic``."""
+def resolve_policy(
+    threshold: float | None, policy: object | None, embedder: object = None
+) -> HitPolicy:
+    """The policy for ``threshold=`` / ``policy=`` as given to ``cache.semantic``. With neither,
+    the threshold is the embedder's ``operating_point`` when it has one (a tuned embedder, chosen
+    on its held-back pairs), else :data:`DEFAULT_THRESHOLD`."""
     if policy is not None:
         if threshold is not None:
             raise ValueError("give threshold= or policy=, not both")
         return as_hit_policy(policy)
-    return ThresholdPolicy(DEFAULT_THRESHOLD if threshold is None else threshold)
+    if threshold is None:
+        threshold = operating_point_of(embedder)
+    return ThresholdPolicy(threshold)
+
+
+def operating_point_of(embedder: object) -> float:
+    """``embedder.operating_point`` when it is a valid threshold, else :data:`DEFAULT_THRESHOLD`."""
+    point = getattr(embedder, "operating_point", None)
+    if isinstance(point, float) and 0.0 < point <= 1.0:
+        return point
+    return DEFAULT_THRESHOLD

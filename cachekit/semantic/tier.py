@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from cachekit.semantic.arbiter import HitArbiter
+from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
 from cachekit.semantic.batcher import MicroBatcher, on_event_loop
 from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
@@ -88,6 +88,7 @@ __all__ = [
     "SemanticEntry",
     "SemanticTier",
     "entry_id",
+    "semantic_base",
 ]
 
 log = logging.getLogger("cachekit.semantic")
@@ -231,7 +232,7 @@ class SemanticTier:
 
         # Sharing through the shared tier, when it offers a semantic store (Redis does).
         self._store = _semantic_store(
-            engine, f"{engine.key_prefix}:{engine.namespace}:sem:{name}", stream_maxlen
+            engine, semantic_base(engine.key_prefix, engine.namespace, name), stream_maxlen
         )
         self._gen: bytes | None = None
         self._origin = uuid.uuid4().hex.encode()
@@ -254,6 +255,8 @@ class SemanticTier:
             self._ready.set()
         elif callable(getattr(self._store, "add_stats", None)):
             self.arbiter.on_verdict = self._share_verdict
+        if callable(getattr(self._store, "push_labels", None)):
+            self.arbiter.on_label = self._share_label
 
     # ------------------------------------------------------------------ embedder and indexes
 
@@ -904,6 +907,13 @@ class SemanticTier:
         )
         self.engine.l2_call(add, [change], self._origin)
 
+    def _share_label(self, label: Label) -> None:
+        """The arbiter's label hook: append the verdict to the tier's capped list of labels
+        (every process's, for ``cachekit export-labels``). A failure costs the sharing only."""
+        push = getattr(self._store, "push_labels", None)
+        if callable(push):
+            self.engine.l2_call(push, [json.dumps(label.to_dict())], LABELS_MAX)
+
     def _share_served(self) -> None:
         """Served counts since the last batch, added to the shared records unannounced, at most
         once per :data:`_SERVED_FLUSH_S` (not between two reads of a busy log)."""
@@ -1105,6 +1115,12 @@ class SemanticTier:
 def _index_ids(index: Any) -> list[int]:
     ids = getattr(index, "ids", None)
     return [int(i) for i in ids()] if callable(ids) else []
+
+
+def semantic_base(key_prefix: str, namespace: str, name: str) -> str:
+    """What every shared key of the semantic function ``name`` starts with (entries, log,
+    generation, labels): ``{key_prefix}:{namespace}:sem:{name}``."""
+    return f"{key_prefix}:{namespace}:sem:{name}"
 
 
 def _semantic_store(engine: Engine, base: str, log_maxlen: int) -> SemanticStore | None:

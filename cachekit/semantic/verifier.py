@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachekit.semantic.pairs import LabelledPair, read_pairs
 from cachekit.semantic.policy import MISS, Candidate, Decision, check_guard
 from cachekit.semantic.slots import DEFAULT_GUARD, SlotCheck
 from cachekit.semantic.verifier_features import FEATURE_NAMES, pair_features
@@ -215,32 +216,9 @@ class VerifiedPolicy:
 # ---------------------------------------------------------------------- training
 
 
-@dataclass(frozen=True, slots=True)
-class LabelledPair:
-    line: int
-    query: str
-    cached: str
-    duplicate: bool
-
-
-def load_pairs(path: str | Path) -> list[LabelledPair]:
-    """JSON lines ``{"query", "cached", "duplicate"}``; a bad line raises naming its number."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                q, c, d = row["query"], row["cached"], row["duplicate"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f"{path}:{n + 1}: expected query, cached, duplicate ({exc})"
-                ) from exc
-            if not isinstance(q, str) or not isinstance(c, str) or not isinstance(d, bool):
-                raise ValueError(f"{path}:{n + 1}: query/cached must be str, duplicate bool")
-            out.append(LabelledPair(n, q, c, d))
-    return out
+#: Labelled pairs are read by :func:`cachekit.semantic.pairs.read_pairs` (one reader for every
+#: learned part); the old name stays.
+load_pairs = read_pairs
 
 
 def pair_part(query: str, cached: str) -> str:

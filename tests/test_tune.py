@@ -1,0 +1,308 @@
+"""`cachekit tune`: pairs and measures, the adapter it writes, loading it, resuming, the CLI.
+
+The tune runs here are tiny (a few steps on generated pairs, the real packaged model on CPU):
+they check the machinery, not the quality (``bench/tune_quality.py`` measures that)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("peft")
+
+from cachekit import Cache
+from cachekit.cli import main as cli_main
+from cachekit.semantic.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.pairs import (
+    LabelledPair,
+    average_precision,
+    component_parts,
+    precision_at_recall,
+    read_pairs,
+    write_pairs,
+)
+from cachekit.semantic.policy import DEFAULT_THRESHOLD, operating_point_of, resolve_policy
+from cachekit.semantic.tune import read_pair_files, tune
+from cachekit.semantic.tune_config import TuneConfig
+from cachekit.semantic.tuned import (
+    ADAPTER_FILE,
+    MANIFEST,
+    TunedEmbedder,
+    is_tune_dir,
+    load_embedder,
+    read_manifest,
+)
+
+# A tune loads the real model and trains it on CPU: seconds on an idle machine, minutes on a
+# loaded one. The fixtures' tunes count against the first test that uses them.
+TUNE_TIMEOUT = pytest.mark.timeout(900)
+
+TOPICS = [
+    "cook rice",
+    "learn Spanish",
+    "fix a flat tyre",
+    "grow tomatoes",
+    "train a puppy",
+    "save money",
+    "sleep better",
+    "write a resume",
+    "paint a wall",
+    "bake bread",
+    "start running",
+    "clean an oven",
+    "tie a tie",
+    "brew coffee",
+    "learn guitar",
+    "lose weight",
+    "study for exams",
+    "change a lightbulb",
+    "plant a tree",
+    "make friends",
+]
+OTHER = {
+    "cook rice": "cook pasta",
+    "learn Spanish": "learn French",
+    "fix a flat tyre": "fix a broken chain",
+}
+
+
+def generated_pairs() -> list[tuple[str, str, bool]]:
+    rows = []
+    for i, topic in enumerate(TOPICS):
+        other = OTHER.get(topic, TOPICS[(i + 1) % len(TOPICS)])
+        rows.append((f"How do I {topic}?", f"What is the best way to {topic}?", True))
+        rows.append((f"How can I {topic} quickly?", f"What is the best way to {topic}?", True))
+        rows.append((f"Where can I {other}?", f"What is the best way to {topic}?", False))
+        rows.append((f"Why do people {topic}?", f"What is the best way to {topic}?", False))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    write_pairs(path, generated_pairs())
+    return path
+
+
+TINY = TuneConfig(steps=3, batch_size=4, held_back=0.5, checkpoint_every=1, seed=7)
+
+
+@pytest.fixture(scope="module")
+def tuned_dir(pairs_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tuned")
+    result = tune(pairs_file, out, TINY, log=lambda _: None, progress=False)
+    assert result.steps_done == TINY.steps
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+# ------------------------------------------------------------------ pairs and measures
+
+
+def test_read_pairs_names_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"query": "a", "cached": "b", "duplicate": true}\n{"query": "a"}\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:2"):
+        read_pairs(path)
+    path.write_text('{"query": "a", "cached": "b", "duplicate": "yes"}\n')
+    with pytest.raises(ValueError, match="duplicate bool"):
+        read_pairs(path)
+    path.write_text('{"query": " ", "cached": "b", "duplicate": true}\n')
+    with pytest.raises(ValueError, match="blank"):
+        read_pairs(path)
+
+
+def test_component_parts_share_no_text_and_are_stable() -> None:
+    rows = [LabelledPair(i, q, c, d) for i, (q, c, d) in enumerate(generated_pairs())]
+    parts = component_parts(rows, 0.5)
+    texts = {name: {t for p in ps for t in (p.query, p.cached)} for name, ps in parts.items()}
+    assert not texts["train"] & texts["tune"]
+    assert not texts["train"] & texts["test"]
+    assert not texts["tune"] & texts["test"]
+    assert sum(len(ps) for ps in parts.values()) == len(rows)
+    assert component_parts(rows, 0.5) == parts
+    with pytest.raises(ValueError):
+        component_parts(rows, 1.0)
+
+
+def test_average_precision_and_precision_at_recall() -> None:
+    score = [0.9, 0.8, 0.7, 0.6]
+    right = [True, False, True, False]
+    assert average_precision(score, right) == pytest.approx((1 + 2 / 3) / 2)
+    assert precision_at_recall(score, right, 0.5) == 1.0
+    assert precision_at_recall(score, right, 1.0) == pytest.approx(2 / 3)
+    assert np.isnan(average_precision([0.1], [False]))
+
+
+def test_read_pair_files_keeps_the_last_label(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_pairs(a, [("q1", "c1", True), ("q2", "c2", False)])
+    write_pairs(b, [("q1", "c1", False)])
+    rows = read_pair_files([a, b])
+    assert [(p.query, p.duplicate) for p in rows] == [("q2", False), ("q1", False)]
+    assert [p.line for p in rows] == [0, 1]
+
+
+def test_config_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="steps"):
+        TuneConfig(steps=0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        TuneConfig(learning_rate=2.0)
+    with pytest.raises(ValueError, match="target_precision"):
+        TuneConfig(target_precision=1.0)
+
+
+@TUNE_TIMEOUT
+def test_too_few_pairs_is_a_clear_error(tmp_path: Path) -> None:
+    rows = [LabelledPair(0, "How do I cook rice?", "How to cook rice?", True)]
+    with pytest.raises(ValueError, match="need at least"):
+        tune(rows, tmp_path, TINY, log=lambda _: None, progress=False)
+
+
+# ------------------------------------------------------------------ the artifact
+
+
+@TUNE_TIMEOUT
+def test_tune_writes_a_small_adapter_and_its_manifest(tuned_dir: Path) -> None:
+    assert is_tune_dir(tuned_dir)
+    assert (tuned_dir / ADAPTER_FILE).stat().st_size < 4_000_000
+    manifest = read_manifest(tuned_dir)
+    assert manifest["base"] == "all-MiniLM-L6-v2"
+    assert 0.5 <= manifest["operating_point"] <= 1.0
+    assert manifest["config"]["steps"] == TINY.steps
+    assert set(manifest["figures"]) >= {"tune"}
+    assert not (tuned_dir / ".checkpoint").exists()
+
+
+@TUNE_TIMEOUT
+def test_tuned_embedder_loads_offline_with_its_own_name(tuned_dir: Path, model_cache: Path) -> None:
+    tuned = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    base = SentenceTransformerEmbedder(backend="torch")
+    assert isinstance(tuned, TunedEmbedder)
+    assert "+tuned-" in tuned.name and tuned.name != base.name
+    texts = ["How do I cook rice?", "What is the best way to cook rice?"]
+    tv, bv = tuned.embed(texts), base.embed(texts)
+    assert tv.shape == bv.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(tv, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(tv, bv, atol=1e-4)  # the adapter changed the model
+    assert tuned.operating_point == read_manifest(tuned_dir)["operating_point"]
+
+
+@TUNE_TIMEOUT
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_tuned_embedder_exports_to_onnx(
+    tuned_dir: Path, model_cache: Path, quantize: str | None
+) -> None:
+    torch_emb = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    onnx_emb = load_embedder(tuned_dir, backend="onnx", quantize=quantize, cache_dir=model_cache)  # type: ignore[arg-type]
+    texts = ["How do I bake bread?", "Why do people plant a tree?"]
+    cos = np.sum(torch_emb.embed(texts) * onnx_emb.embed(texts), axis=1)
+    assert onnx_emb.backend == "onnx"
+    assert cos.min() > (0.97 if quantize else 0.9999)
+    assert onnx_emb.name.endswith("-int8" if quantize else ":onnx")
+
+
+@TUNE_TIMEOUT
+def test_cache_semantic_uses_the_tuned_operating_point(tuned_dir: Path, model_cache: Path) -> None:
+    tuned = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    assert operating_point_of(tuned) == tuned.operating_point
+    assert operating_point_of(object()) == DEFAULT_THRESHOLD
+    policy = resolve_policy(None, None, tuned)
+    assert policy.threshold == tuned.operating_point  # type: ignore[attr-defined]
+    assert resolve_policy(0.95, None, tuned).threshold == 0.95  # type: ignore[attr-defined]
+    cache = Cache(default_ttl=None)
+
+    @cache.semantic(embedder=tuned)
+    def answer(prompt: str) -> str:
+        return prompt.upper()
+
+    assert answer("How do I cook rice?") == "HOW DO I COOK RICE?"
+    assert answer("How do I cook rice?") == "HOW DO I COOK RICE?"
+    cache.close()
+
+
+@TUNE_TIMEOUT
+def test_a_tampered_or_foreign_adapter_is_refused(
+    tuned_dir: Path, tmp_path: Path, model_cache: Path
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(tuned_dir, copy)
+    data = bytearray((copy / ADAPTER_FILE).read_bytes())
+    data[-1] ^= 0xFF
+    (copy / ADAPTER_FILE).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="does not match"):
+        load_embedder(copy, cache_dir=model_cache)
+    shutil.copy(tuned_dir / ADAPTER_FILE, copy / ADAPTER_FILE)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["base_fingerprint"] = "0" * 16
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="another build"):
+        load_embedder(copy, cache_dir=tmp_path / "fresh-cache")
+    with pytest.raises(ValueError, match="not a tune directory"):
+        load_embedder(tmp_path)
+
+
+# ------------------------------------------------------------------ stopping and resuming
+
+
+@TUNE_TIMEOUT
+def test_stopped_tune_resumes_to_the_same_adapter(
+    pairs_file: Path, tuned_dir: Path, tmp_path: Path
+) -> None:
+    def stop_on_estimate(line: str) -> None:
+        if line.startswith("about "):  # logged after the third of 4 steps
+            raise KeyboardInterrupt
+
+    config = TuneConfig(steps=4, batch_size=4, held_back=0.5, checkpoint_every=1, seed=7)
+    first = tune(pairs_file, tmp_path, config, log=stop_on_estimate, progress=False)
+    assert first.steps_done < config.steps and not first.manifest
+    assert (tmp_path / ".checkpoint" / "state.pt").is_file()
+    lines: list[str] = []
+    second = tune(pairs_file, tmp_path, config, log=lines.append, progress=False)
+    assert second.resumed_from == first.steps_done
+    assert any("resuming" in line for line in lines)
+    straight = tune(pairs_file, tmp_path / "straight", config, log=lambda _: None, progress=False)
+    assert second.manifest["adapter_sha256"] == straight.manifest["adapter_sha256"]
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_cli_tune_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert cli_main(["tune", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+    assert cli_main(["tune", str(bad), "--out", str(tmp_path / "o"), "--steps", "0"]) == 2
+
+
+@TUNE_TIMEOUT
+def test_cli_tune_end_to_end(pairs_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    code = cli_main(
+        [
+            "tune",
+            str(pairs_file),
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--held-back",
+            "0.5",
+            "--eval",
+            f"again={pairs_file}",
+        ]
+    )
+    assert code == 0
+    assert "again" in read_manifest(out)["figures"]
