@@ -127,6 +127,12 @@ def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tu.add_argument(
         "--onnx", action="store_true", help="also export the tuned model to ONNX (fp32 and int8)"
     )
+    tu.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="do not train: choose the operating point of the tune already in --out again, on "
+        "all of PAIRS (pairs its adapter never trained on), and store it in its tune.json",
+    )
     tu.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     tu.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -166,6 +172,7 @@ def _tune(args: argparse.Namespace) -> int:
             verifier=args.verifier,
             onnx=args.onnx,
             progress=not args.no_progress,
+            recalibrate_only=args.recalibrate,
         )
     except (OSError, ValueError, ImportError) as exc:
         print(f"cachekit tune: {exc}", file=sys.stderr)

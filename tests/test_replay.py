@@ -722,7 +722,9 @@ def test_refusal_counts_by_kind_in_the_json_report(
 
     real = runner.ReplayOptions
     monkeypatch.setattr(
-        runner, "ReplayOptions", lambda **kw: real(**{**kw, "embedder": DeterministicTestEmbedder(64)})
+        runner,
+        "ReplayOptions",
+        lambda **kw: real(**{**kw, "embedder": DeterministicTestEmbedder(64)}),
     )
     log = _numbers_log()
     out_json = tmp_path / "r.json"

@@ -20,13 +20,14 @@ from cachekit.semantic.embedder import SentenceTransformerEmbedder
 from cachekit.semantic.pairs import (
     LabelledPair,
     average_precision,
+    cache_protocol,
     component_parts,
     precision_at_recall,
     read_pairs,
     write_pairs,
 )
 from cachekit.semantic.policy import DEFAULT_THRESHOLD, operating_point_of, resolve_policy
-from cachekit.semantic.tune import read_pair_files, tune
+from cachekit.semantic.tune import read_pair_files, recalibrate, tune
 from cachekit.semantic.tune_config import TuneConfig
 from cachekit.semantic.tuned import (
     ADAPTER_FILE,
@@ -142,6 +143,30 @@ def test_average_precision_and_precision_at_recall() -> None:
     assert np.isnan(average_precision([0.1], [False]))
 
 
+def test_cache_protocol_judges_a_hit_by_the_entry_it_served() -> None:
+    # One cached text in three pairs (one duplicate, two near misses): one entry, and a hit on
+    # it is judged by each query's own label; a hit on another entry is wrong.
+    pairs = [
+        LabelledPair(0, "how to boil rice", "how do I cook rice", True),
+        LabelledPair(1, "how to fry rice", "how do I cook rice", False),
+        LabelledPair(2, "how to cook pasta", "how do I cook rice", False),
+        LabelledPair(3, "best pasta sauce", "what sauce for pasta", True),
+    ]
+    nearest = [
+        (0.95, "how do I cook rice"),
+        (0.93, "how do I cook rice"),
+        (0.80, "how do I cook rice"),
+        (0.91, "how do I cook rice"),
+    ]
+    at_90 = cache_protocol(pairs, nearest, 0.90)
+    assert (at_90.hits, at_90.correct, at_90.own_wrong) == (3, 1, 1)
+    assert at_90.precision == pytest.approx(1 / 3)
+    assert at_90.labelled_precision == pytest.approx(1 / 2)
+    assert at_90.recall == pytest.approx(1 / 2)
+    refused = cache_protocol(pairs, nearest, 0.90, served=[False, True, True, True])
+    assert (refused.hits, refused.correct) == (2, 0)
+
+
 def test_read_pair_files_keeps_the_last_label(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     write_pairs(a, [("q1", "c1", True), ("q2", "c2", False)])
@@ -180,6 +205,7 @@ def test_tune_writes_a_small_adapter_and_its_manifest(tuned_dir: Path) -> None:
     assert manifest["config"]["steps"] == TINY.steps
     assert set(manifest["figures"]) >= {"tune"}
     assert not (tuned_dir / ".checkpoint").exists()
+    assert not (tuned_dir / "README.md").exists()  # peft's blank Hub card is not left behind
 
 
 @TUNE_TIMEOUT
@@ -306,3 +332,112 @@ def test_cli_tune_end_to_end(pairs_file: Path, tmp_path: Path) -> None:
     )
     assert code == 0
     assert "again" in read_manifest(out)["figures"]
+
+
+# ------------------------------------------------------------------ everywhere an embedder goes
+
+
+def _chat_record(cid: str, text: str) -> dict[str, object]:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+    answer = {
+        "id": f"chatcmpl-{cid}",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": f"answer {cid}"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+    }
+    return {"custom_id": cid, "request": body, "response": answer, "latency_ms": 500.0}
+
+
+@TUNE_TIMEOUT
+def test_replay_with_a_tune_dir_uses_its_operating_point(
+    tuned_dir: Path, model_cache: Path, tmp_path: Path
+) -> None:
+    from cachekit.replay.runner import ReplayOptions, run_replay
+
+    tuned = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    log = tmp_path / "log.jsonl"
+    texts = ["How do I cook rice?", "How do I cook rice?", "What is the best way to cook rice?"]
+    log.write_text(
+        "".join(json.dumps(_chat_record(f"r{i}", t)) + "\n" for i, t in enumerate(texts))
+    )
+    report = run_replay(log, options=ReplayOptions(embedder=tuned))
+    assert report.policy == f"threshold:{tuned.operating_point:g}"
+    assert report.to_dict()["hits"]["exact"] == 1
+    explicit = run_replay(log, options=ReplayOptions(embedder=tuned, setting=0.99))
+    assert explicit.policy == "threshold:0.99"
+
+
+@TUNE_TIMEOUT
+def test_serve_and_langchain_take_a_tune_dir(tuned_dir: Path, model_cache: Path) -> None:
+    pytest.importorskip("langchain_core")
+    from cachekit.adapters.langchain import CachekitSemanticCache
+
+    from cachekit.proxy.config import load_embedder as load_spec
+
+    assert load_spec("") is None
+    tuned = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    cache = Cache(default_ttl=None)
+    lc = CachekitSemanticCache(cache, embedder=tuned)
+    # No threshold given: the tune's operating point, as for @cache.semantic.
+    assert lc.fn.policy.threshold == tuned.operating_point
+    from langchain_core.outputs import Generation
+
+    lc.update("How do I cook rice?", "llm", [Generation(text="boil it")])
+    assert lc.lookup("How do I cook rice?", "llm") == [Generation(text="boil it")]
+    cache.close()
+
+
+@TUNE_TIMEOUT
+def test_cli_tune_retrains_the_verifier_on_held_back_pairs_only(
+    pairs_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachekit.semantic import verifier
+
+    seen: list[list[LabelledPair]] = []
+    real = verifier.train_verifier
+
+    def spy(pairs: list[LabelledPair], out: Path, **kw: object) -> object:
+        seen.append(list(pairs))
+        return real(pairs, out, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verifier, "train_verifier", spy)
+    monkeypatch.setenv("CACHEKIT_CACHE_DIR", str(tmp_path / "models"))
+    out = tmp_path / "with-verifier"
+    args = ["tune", str(pairs_file), "--out", str(out), "--steps", "2", "--batch-size", "4"]
+    assert cli_main([*args, "--no-progress", "--held-back", "0.5", "--verifier"]) == 0
+    [held_back] = seen
+    parts = component_parts(read_pairs(pairs_file), 0.5)
+    assert {(p.query, p.cached) for p in held_back} == {(p.query, p.cached) for p in parts["tune"]}
+    model = json.loads((out / "verifier.json").read_text())
+    assert "+tuned-" in model["info"]["embedder"]
+
+
+@TUNE_TIMEOUT
+def test_recalibrate_chooses_the_point_again_and_keeps_the_adapter(
+    tuned_dir: Path, pairs_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CACHEKIT_CACHE_DIR", str(tmp_path / "models"))
+    copy = tmp_path / "copy"
+    shutil.copytree(tuned_dir, copy)
+    before = read_manifest(copy)
+    name_before = load_embedder(copy).name
+    # A target any bar meets: the lowest point of the grid with 20 hits is chosen.
+    args = ["tune", str(pairs_file), "--out", str(copy), "--recalibrate"]
+    assert cli_main([*args, "--target-precision", "0.01"]) == 0
+    after = read_manifest(copy)
+    assert after["previous_operating_points"][0]["operating_point"] == before["operating_point"]
+    assert after["recalibrated_on_pairs"] == len(read_pairs(pairs_file))
+    assert after["adapter_sha256"] == before["adapter_sha256"]
+    reloaded = load_embedder(copy)
+    assert reloaded.operating_point == after["operating_point"] <= 0.6
+    assert reloaded.name == name_before  # same adapter: same entries
+    with pytest.raises(ValueError, match="duplicates"):
+        recalibrate(copy, [p for p in read_pairs(pairs_file) if not p.duplicate])

@@ -9,7 +9,9 @@ Use it through :meth:`cachekit.Cache.semantic` (see ``docs/semantic.md``). The p
 * :mod:`cachekit.semantic.tier`: :class:`SemanticTier`: entries, expiry, capacity, Redis sharing;
 * :mod:`cachekit.semantic.batcher`: :class:`MicroBatcher`: concurrent lookups share one call;
 * :mod:`cachekit.semantic.embedder`, :mod:`cachekit.semantic.index`: the mechanisms;
-* :mod:`cachekit.semantic.testing`: a deterministic embedder for tests.
+* :mod:`cachekit.semantic.testing`: a deterministic embedder for tests;
+* :func:`load_embedder` (:mod:`~cachekit.semantic.tuned`): an embedder written by
+  ``cachekit tune`` (:mod:`~cachekit.semantic.tune`), on top of the packaged model.
 
 This module imports nothing heavy: names are loaded on first access, so ``import cachekit``
 never pulls in numpy, faiss or torch for users without the semantic extra.
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from cachekit.semantic.error_bounded import EmbeddingComparator, ErrorBoundedPolicy
     from cachekit.semantic.policy import DEFAULT_THRESHOLD, HitPolicy, ThresholdPolicy
     from cachekit.semantic.tier import SemanticTier
+    from cachekit.semantic.tuned import TunedEmbedder, load_embedder
     from cachekit.semantic.verifier import VerifiedPolicy
 
 __all__ = [
@@ -36,7 +39,9 @@ __all__ = [
     "MicroBatcher",
     "SemanticTier",
     "ThresholdPolicy",
+    "TunedEmbedder",
     "VerifiedPolicy",
+    "load_embedder",
 ]
 
 _LAZY = {
@@ -48,6 +53,8 @@ _LAZY = {
     "ErrorBoundedPolicy": "cachekit.semantic.error_bounded",
     "EmbeddingComparator": "cachekit.semantic.error_bounded",
     "VerifiedPolicy": "cachekit.semantic.verifier",
+    "TunedEmbedder": "cachekit.semantic.tuned",
+    "load_embedder": "cachekit.semantic.tuned",
 }
 
 

@@ -185,19 +185,21 @@ class CacheProtocol:
 
 def cache_protocol(
     pairs: Sequence[LabelledPair],
-    nearest: Sequence[tuple[float, int]],
+    nearest: Sequence[tuple[float, str]],
     threshold: float,
     served: Sequence[bool] | None = None,
 ) -> CacheProtocol:
-    """Score ``pairs`` at ``threshold`` given each query's nearest entry ``(similarity, line of
-    the pair that stored it)``. ``served`` (optional, per pair) is False where something other
-    than the threshold (the slot guard) refuses the neighbour."""
+    """Score ``pairs`` at ``threshold`` given each query's nearest entry ``(similarity, its
+    text)``. A hit on the pair's own ``cached`` text is judged by the pair's label (a text cached
+    by several pairs is one entry); a hit on any other entry counts as wrong. ``served``
+    (optional, per pair) is False where something other than the threshold (the slot guard)
+    refuses the neighbour."""
     hits = correct = own_wrong = 0
-    for i, (p, (sim, line)) in enumerate(zip(pairs, nearest, strict=True)):
+    for i, (p, (sim, text)) in enumerate(zip(pairs, nearest, strict=True)):
         if sim < threshold or (served is not None and not served[i]):
             continue
         hits += 1
-        if line == p.line:
+        if text == p.cached:
             correct += p.duplicate
             own_wrong += not p.duplicate
     dups = sum(p.duplicate for p in pairs)

@@ -64,6 +64,7 @@ __all__ = [
     "operating_point",
     "parse_evals",
     "read_pair_files",
+    "recalibrate",
     "run_tune",
     "through_cache",
     "tune",
@@ -79,12 +80,17 @@ MINE_K = 8
 
 @dataclass
 class TuneResult:
+    """What :func:`tune` did. ``held_back``: the ``tune`` part (kept out of training, where the
+    operating point was chosen), for whatever is calibrated on the tuned vectors next (the
+    verifier)."""
+
     out: Path
     manifest: dict[str, Any]
     steps_done: int
     seconds: float
     resumed_from: int = 0
     log: list[str] = field(default_factory=list)
+    held_back: list[LabelledPair] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- data
@@ -170,20 +176,16 @@ def mine_negatives(
 
 def _nearest(
     pairs: Sequence[LabelledPair], vectors: dict[str, np.ndarray]
-) -> tuple[list[tuple[float, int]], list[str]]:
-    """Each query's nearest stored text (every cached text of ``pairs`` stored, the last line
-    storing a text wins): ``(similarity, line)`` and the text."""
+) -> list[tuple[float, str]]:
+    """Each query's nearest stored text, every distinct cached text of ``pairs`` stored:
+    ``(similarity, text)``."""
     import faiss
 
-    contents: dict[str, int] = {}
-    for p in pairs:
-        contents[p.cached] = p.line
-    texts = list(contents)
+    texts = list(dict.fromkeys(p.cached for p in pairs))
     index = faiss.IndexFlatIP(len(next(iter(vectors.values()))))
     index.add(np.stack([vectors[t] for t in texts]))
     sims, ids = index.search(np.stack([vectors[p.query] for p in pairs]), 1)
-    nearest = [(float(s), contents[texts[i]]) for s, i in zip(sims[:, 0], ids[:, 0], strict=True)]
-    return nearest, [texts[i] for i in ids[:, 0]]
+    return [(float(s), texts[i]) for s, i in zip(sims[:, 0], ids[:, 0], strict=True)]
 
 
 def measure(pairs: Sequence[LabelledPair], vectors: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -202,16 +204,16 @@ def measure(pairs: Sequence[LabelledPair], vectors: dict[str, np.ndarray]) -> di
 
 def _through_policy(
     pairs: Sequence[LabelledPair], vectors: dict[str, np.ndarray]
-) -> tuple[list[tuple[float, int]], list[bool]]:
+) -> tuple[list[tuple[float, str]], list[bool]]:
     """Each query's nearest entry as the default policy sees it: its similarity raised by the
     number bonus where the numbers match (the policy lowers the bar instead), and whether the
     slot guard lets it through."""
-    nearest, texts = _nearest(pairs, vectors)
+    nearest = _nearest(pairs, vectors)
     seen = []
     served = []
-    for p, (sim, line), text in zip(pairs, nearest, texts, strict=True):
+    for p, (sim, text) in zip(pairs, nearest, strict=True):
         bonus = DEFAULT_NUMBER_BONUS if same_numbers(p.query, text) else 0.0
-        seen.append((sim + bonus, line))
+        seen.append((sim + bonus, text))
         served.append(DEFAULT_GUARD.check(p.query, text) is None)
     return seen, served
 
@@ -317,7 +319,11 @@ class _Trainer:
         return float(loss.detach())
 
     def save_adapter(self, directory: Path) -> None:
+        card = directory / "README.md"
+        had_card = card.exists()
         self.model[0].model.save_pretrained(str(directory))
+        if not had_card:  # peft's blank Hub model card: tune.json describes this adapter
+            card.unlink(missing_ok=True)
 
     def state(self, step: int) -> dict[str, Any]:
         import torch
@@ -438,14 +444,14 @@ def tune(
         progress,
     )
     if done < config.steps:
-        return TuneResult(out_dir, {}, done, time.perf_counter() - started, first)
+        return TuneResult(out_dir, {}, done, time.perf_counter() - started, first)  # stopped
 
     manifest = _finish(trainer, parts, base_vec, config, out_dir, rows, extra_eval, log)
     manifest["seconds"] = round(time.perf_counter() - started, 1)
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     log(f"wrote {out_dir} ({(out_dir / ADAPTER_FILE).stat().st_size / 1e6:.1f} MB adapter)")
-    return TuneResult(out_dir, manifest, done, manifest["seconds"], first)
+    return TuneResult(out_dir, manifest, done, manifest["seconds"], first, held_back=parts["tune"])
 
 
 def _base_vectors(trainer: _Trainer, train: Sequence[LabelledPair]) -> dict[str, np.ndarray]:
@@ -557,6 +563,44 @@ def _torch_version() -> str:
     return str(torch.__version__)
 
 
+def recalibrate(
+    tune_dir: str | Path,
+    pairs: Sequence[LabelledPair],
+    target_precision: float = 0.80,
+    *,
+    log: Callable[[str], None] = print,
+) -> float:
+    """Choose the operating point of the tune in ``tune_dir`` again, on ``pairs`` (labelled pairs
+    its adapter never trained on: a team's own traffic, say), with the rule :func:`tune` uses, and
+    store it in its ``tune.json`` (earlier points are kept under ``previous_operating_points``).
+    The adapter, and so the embedder's name and its entries, are unchanged. Returns the point."""
+    from cachekit.semantic.tuned import load_embedder, read_manifest
+
+    if not 0 < target_precision < 1:
+        raise ValueError(f"target_precision must be in (0, 1), got {target_precision!r}")
+    if not any(p.duplicate for p in pairs):
+        raise ValueError("recalibrating needs duplicates among the pairs")
+    manifest = read_manifest(tune_dir)
+    embedder = load_embedder(tune_dir)
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.query, p.cached)))
+    vectors = dict(zip(texts, embedder.embed(texts), strict=True))
+    point, at = operating_point(pairs, vectors, target_precision)
+    previous = {k: manifest.get(k) for k in ("operating_point", "operating_point_at")}
+    manifest.setdefault("previous_operating_points", []).append(previous)
+    manifest.update(
+        operating_point=point,
+        operating_point_at=at,
+        target_precision=target_precision,
+        recalibrated_on_pairs=len(pairs),
+    )
+    path = Path(tune_dir) / MANIFEST
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    log(f"operating point {previous['operating_point']} -> {point:.3f} on {len(pairs)} pairs: {at}")
+    return point
+
+
 def read_pair_files(paths: Sequence[str | Path]) -> list[LabelledPair]:
     """The pairs of several files as one list (lines renumbered, repeats of a (query, cached)
     pair keep the last label)."""
@@ -590,9 +634,14 @@ def run_tune(
     verifier: bool = False,
     onnx: bool = False,
     progress: bool = True,
+    recalibrate_only: bool = False,
 ) -> int:
-    """``cachekit tune``: exit status 0 when the adapter was written, 1 when stopped early."""
+    """``cachekit tune``: exit status 0 when the adapter was written (or, with ``recalibrate``,
+    the operating point chosen again), 1 when stopped early."""
     rows = read_pair_files(pairs)
+    if recalibrate_only:
+        recalibrate(out, rows, config.target_precision)
+        return 0
     result = tune(rows, out, config, progress=progress, extra_eval=parse_evals(evals))
     if not result.manifest:
         return 1
@@ -606,5 +655,7 @@ def run_tune(
         if verifier:
             from cachekit.semantic.verifier import train_verifier
 
-            train_verifier(rows, out, embedder=load_embedder(out, backend="torch"))
+            # Only pairs the adapter never trained on: on its training pairs the tuned
+            # similarities are better than they will be on traffic, and so would the verifier be.
+            train_verifier(result.held_back, out, embedder=load_embedder(out, backend="torch"))
     return 0
