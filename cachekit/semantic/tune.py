@@ -554,6 +554,7 @@ def _finish(
         "pairs_fingerprint": _fingerprint(rows, config),
         "figures": figures,
         "torch": _torch_version(),
+        "device": trainer.device,
     }
 
 
