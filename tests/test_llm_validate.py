@@ -5,12 +5,15 @@ and streams that carried an error or data after ``[DONE]`` never stored."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cachekit import Status
 from cachekit.llm import (
@@ -439,3 +442,65 @@ def test_chunks_after_done_are_not_assembled() -> None:
     events = asm.feed_events(sse_event({"choices": [{"index": 1, "delta": {"content": "x"}}]}))
     assert [c for _, c in events] == [None]
     assert asm.result() == before
+
+
+# ---------------------------------------------------------------------- stream bounds
+
+
+def _relay(asm: StreamAssembler, pieces: list[bytes]) -> tuple[bytes, list[Any]]:
+    """What a relay sends (every event's bytes, then the unterminated tail) and the chunks."""
+    out, chunks = [], []
+    for piece in pieces:
+        for raw, chunk in asm.feed_events(piece):
+            out.append(raw)
+            chunks.append(chunk)
+    return b"".join(out) + asm.rest(), chunks
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_any_split_and_either_separator_give_the_same_events(cuts: list[int]) -> None:
+    events = [
+        e.replace(b"\n\n", b"\r\n\r\n") if i % 2 else e for i, e in enumerate(_stream_events())
+    ]
+    raw = b"".join([*events, b": ping\r\n\r\n", b"data: [DONE]\n\n"])
+    bounds = sorted({min(c, len(raw)) for c in cuts} | {0, len(raw)})
+    pieces = [raw[a:b] for a, b in itertools.pairwise(bounds)]
+    whole = StreamAssembler()
+    _relay(whole, [raw])
+    split = StreamAssembler()
+    _, chunks = _relay(split, pieces)
+    assert split.complete and whole.complete
+    assert split.result() == whole.result()
+    assert len([c for c in chunks if c is not None]) == len(events)
+
+
+def test_an_event_past_the_bound_is_relayed_unparsed_and_not_held() -> None:
+    asm = StreamAssembler(max_event_bytes=1000)
+    pieces = [b"data: {", *[b"x" * 300] * 10, sse_event({"a": 1}), b"data: [DONE]\n\n"]
+    sent, chunks = _relay(asm, pieces)
+    assert sent == b"".join(pieces)  # every byte relayed, in order
+    assert asm.too_large and asm.incomplete_reason == "too large"
+    assert all(c is None for c in chunks)  # nothing parsed once past the bound
+    assert asm.rest() == b""  # and nothing held
+    assert asm.result() is None
+
+
+def test_an_answer_past_the_bound_is_relayed_whole_and_not_stored() -> None:
+    events = [*_stream_events(), b"data: [DONE]\n\n"]
+    limit = len(b"".join(events)) // 2
+    asm = StreamAssembler(max_answer_bytes=limit)
+    sent, _ = _relay(asm, events)
+    assert sent == b"".join(events)
+    assert not asm.complete and asm.incomplete_reason == "too large"
+    assert asm.result() is None  # what was assembled is dropped
+    roomy = StreamAssembler(max_answer_bytes=limit * 4)
+    _relay(roomy, events)
+    assert roomy.complete
+
+
+def test_stream_bounds_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        StreamAssembler(max_event_bytes=0)
+    with pytest.raises(ValueError):
+        StreamAssembler(max_answer_bytes=-1)

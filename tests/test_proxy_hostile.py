@@ -6,9 +6,11 @@ Raw httpx requests with explicit header lists send what the openai client never 
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -29,7 +31,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url, "--max-body-bytes", "1048576").start()
+    p = ProxyProcess(upstream.url, "--max-body-bytes", "1048576", "--body-timeout", "1").start()
     try:
         yield p
     finally:
@@ -259,3 +261,28 @@ def test_check_depth_is_iterative_and_exact() -> None:
         check_depth(deep)
     with pytest.raises(RequestError, match="levels"):
         parse_body(b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+# ---------------------------------------------------------------------- slow clients
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_slower_than_the_timeout_is_408(proxy: ProxyProcess, framing: str) -> None:
+    url = urlsplit(proxy.url)
+    length = "Content-Length: 100" if framing == "content-length" else "Transfer-Encoding: chunked"
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{length}\r\n\r\n"
+    part = b'{"model"' if framing == "content-length" else b'8\r\n{"model"\r\n'
+    with socket.create_connection((url.hostname, url.port), timeout=15.0) as sock:
+        sock.sendall(head.encode() + part)  # then nothing more: the proxy must not wait forever
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            data = sock.recv(65536)
+            if not data:
+                break
+            reply += data
+    status, _, rest = reply.partition(b"\r\n")
+    assert status.split()[1] == b"408", reply
+    body = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert "did not arrive within 1 seconds" in body["error"]["message"]
+    assert body["error"]["code"] == "request_timeout"
+    assert proxy.metric("cachekit_proxy_errors_total", reason="body_timeout") >= 1

@@ -1,6 +1,7 @@
 """``cachekit serve`` in front of a misbehaving upstream (over real HTTP): an answer with a
-poisoned ``usage``, a stream that carried an error event and a stream with data after
-``[DONE]`` are relayed to the caller but never stored."""
+poisoned ``usage``, a stream that carried an error event, a stream with data after ``[DONE]``,
+an answer over ``--max-answer-bytes`` (streamed or not) and a stream with no event separator are
+relayed to the caller but never stored."""
 
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ from test_proxy import ProxyProcess
 CHAT = "/v1/chat/completions"
 
 
+#: The proxy's --max-answer-bytes here, and an answer well past it.
+MAX_ANSWER = 100_000
+BIG = 3 * MAX_ANSWER
+
+
+async def _separatorless() -> Any:
+    """One event that never ends: 3 x the bound of bytes with no blank line, then the end."""
+    yield b"data: {"
+    for _ in range(BIG // 1000):
+        yield b"x" * 1000
+
+
 class PoisonUpstream(FakeUpstream):
     """The fake upstream, with models that misbehave: ``poison-usage`` answers with
     ``usage.prompt_tokens: "n/a"``; streamed, ``poison-error-event`` sends an ``event: error``
@@ -37,8 +50,12 @@ class PoisonUpstream(FakeUpstream):
         done = self._completion(body, chat)
         if model == "poison-usage":
             done["usage"]["prompt_tokens"] = "n/a"
+        if model == "poison-huge":
+            done["choices"][0]["message"]["content"] = "x" * BIG
         if not body.get("stream"):
             return JSONResponse(done)
+        if model == "poison-no-separator":
+            return StreamingResponse(_separatorless(), media_type="text/event-stream")
         events = [sse_event(c) for c in completion_chunks(done, include_usage=True, pieces=3)]
         if model == "poison-error-event":
             events.insert(2, b'event: error\ndata: {"message": "overloaded"}\n\n')
@@ -61,7 +78,7 @@ def upstream() -> Iterator[PoisonUpstream]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: PoisonUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url).start()
+    p = ProxyProcess(upstream.url, "--max-answer-bytes", str(MAX_ANSWER)).start()
     try:
         yield p
     finally:
@@ -136,3 +153,39 @@ def test_a_stream_with_an_error_or_data_after_done_is_relayed_not_stored(
     assert _only_if_cached(proxy, key, model, stream=True) == 504
     assert _post(proxy, key, model, stream=True).status_code == 200
     assert _calls(upstream, key) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_over_the_bound_is_relayed_whole_not_stored(
+    proxy: ProxyProcess, upstream: PoisonUpstream, stream: bool
+) -> None:
+    key = f"sk-poison-{uuid.uuid4().hex}"
+    before = proxy.metric("cachekit_proxy_not_stored_total", reason="too_large")
+    r = _post(proxy, key, "poison-huge", stream=stream)
+    assert r.status_code == 200
+    if stream:
+        content = "".join(
+            (json.loads(line[6:]).get("choices") or [{}])[0].get("delta", {}).get("content") or ""
+            for line in r.text.splitlines()
+            if line.startswith("data: {")
+        )
+        assert r.content.endswith(b"data: [DONE]\n\n")
+    else:
+        content = r.json()["choices"][0]["message"]["content"]
+    assert content == "x" * BIG  # every byte reached the caller
+    wait_until(
+        lambda: proxy.metric("cachekit_proxy_not_stored_total", reason="too_large") >= before + 1,
+        timeout=10.0,
+    )
+    assert _only_if_cached(proxy, key, "poison-huge", stream=stream) == 504
+
+
+def test_a_stream_without_separators_is_relayed_as_it_came(
+    proxy: ProxyProcess, upstream: PoisonUpstream
+) -> None:
+    key = f"sk-poison-{uuid.uuid4().hex}"
+    r = _post(proxy, key, "poison-no-separator", stream=True)
+    assert r.status_code == 200
+    assert r.content == b"data: {" + b"x" * (BIG // 1000 * 1000)
+    assert _only_if_cached(proxy, key, "poison-no-separator", stream=True) == 504
+    assert httpx.get(proxy.url + "/healthz", timeout=10.0).status_code == 200

@@ -20,6 +20,8 @@ from typing import Any
 
 __all__ = [
     "DONE",
+    "MAX_ANSWER_BYTES",
+    "MAX_EVENT_BYTES",
     "StreamAssembler",
     "completion_chunks",
     "split_text",
@@ -28,6 +30,10 @@ __all__ = [
 ]
 
 DONE = b"data: [DONE]\n\n"
+#: The longest single event a :class:`StreamAssembler` holds whole (a chunk is a few hundred bytes).
+MAX_EVENT_BYTES = 1 << 20
+#: The most bytes of events it assembles into one answer; a longer stream is relayed, not stored.
+MAX_ANSWER_BYTES = 8 << 20
 _PIECE = re.compile(r"\S+\s*|\s+")
 
 
@@ -127,8 +133,20 @@ class StreamAssembler:
     reason. Events after ``[DONE]`` are never assembled into the answer.
     """
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(
+        self, max_event_bytes: int = MAX_EVENT_BYTES, max_answer_bytes: int = MAX_ANSWER_BYTES
+    ) -> None:
+        if max_event_bytes < 1 or max_answer_bytes < 1:
+            raise ValueError("max_event_bytes and max_answer_bytes must be positive")
+        self.max_event_bytes = min(max_event_bytes, max_answer_bytes)
+        self.max_answer_bytes = max_answer_bytes
+        self._buf = bytearray()
+        #: Where the next search for a separator may start (earlier bytes hold none).
+        self._scanned = 0
+        #: Bytes of the events assembled so far.
+        self._held = 0
+        #: Past a bound: the rest is relayed as it comes, never parsed nor stored.
+        self.too_large = False
         self._choices: dict[int, _Choice] = {}
         self._texts: dict[int, list[str]] = {}
         self._meta: dict[str, Any] = {}
@@ -148,23 +166,56 @@ class StreamAssembler:
         """:meth:`feed`, returning the events completed by ``data``: each one's raw bytes
         (separator included, ready to relay) and its decoded chunk (``None`` for ``[DONE]``,
         comments, error and undecodable events, and anything after ``[DONE]``). A relay can
-        drop events this way."""
+        drop events this way.
+
+        Work is linear in the bytes fed, and memory is bounded: an event longer than
+        ``max_event_bytes``, or events adding up to more than ``max_answer_bytes``, make the
+        stream :attr:`too_large` (never stored); from then on every byte is returned as it
+        comes, unparsed, and nothing more is held."""
+        if self.too_large:
+            return [(bytes(data), None)] if data else []
         out: list[tuple[bytes, dict[str, Any] | None]] = []
         self._buf += data
+        start = 0
         while True:
-            cut = self._next_boundary()
+            cut = self._next_boundary(max(start, self._scanned))
             if cut is None:
-                return out
-            event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
+                break
+            event = bytes(self._buf[start : cut[0]])
             out.append((event + b"\n\n", self._event(event)))
+            self._held += cut[1] - start
+            start = self._scanned = cut[1]
+        del self._buf[:start]
+        # A separator may begin in the last 3 bytes and end in the next feed.
+        self._scanned = max(0, len(self._buf) - 3)
+        if len(self._buf) > self.max_event_bytes or self._held > self.max_answer_bytes:
+            self._give_up(out)
+        return out
 
-    def _next_boundary(self) -> tuple[int, int] | None:
-        best: tuple[int, int] | None = None
-        for sep in (b"\n\n", b"\r\n\r\n"):
-            i = self._buf.find(sep)
-            if i >= 0 and (best is None or i < best[0]):
-                best = (i, i + len(sep))
-        return best
+    def _next_boundary(self, start: int) -> tuple[int, int] | None:
+        """The first separator at or after ``start``: ``(where it begins, where it ends)``. Each
+        search stops at the first ``\\n\\n``, so a feed costs one pass over its bytes."""
+        buf = self._buf
+        lf = buf.find(b"\n\n", start)
+        # A CRLF separator before it ends by lf + 1 at the latest (lf's own bytes are "\n\n").
+        crlf = buf.find(b"\r\n\r\n", start, lf + 1 if lf >= 0 else len(buf))
+        if crlf >= 0:
+            return crlf, crlf + 4
+        return (lf, lf + 2) if lf >= 0 else None
+
+    def rest(self) -> bytes:
+        """The bytes fed after the last complete event (an unterminated tail), for a relay to
+        pass on when the stream ends; they are never assembled."""
+        return bytes(self._buf)
+
+    def _give_up(self, out: list[tuple[bytes, dict[str, Any] | None]]) -> None:
+        """Past a bound: relay what is buffered as it is and keep nothing of the answer."""
+        self.too_large = True
+        if self._buf:
+            out.append((bytes(self._buf), None))
+        self._buf = bytearray()
+        self._choices.clear()
+        self._texts.clear()
 
     @staticmethod
     def _only_comments(raw: bytes) -> bool:
@@ -236,13 +287,17 @@ class StreamAssembler:
         """Why the stream may not be stored, or ``None`` when it is complete. The rules, in
         order: an error was carried (``event: error``, a ``data:`` object with an ``error``
         key, a data line that is not a JSON object, a malformed chunk); no ``data: [DONE]``;
-        something other than blank lines and ``:`` comments after ``[DONE]`` (also bytes left
-        unterminated in the buffer); no choice; a choice without a finish reason."""
+        past a bound (an event over ``max_event_bytes``, an answer over ``max_answer_bytes``); no
+        ``data: [DONE]``; something other than blank lines and ``:`` comments after ``[DONE]``
+        (also bytes left unterminated in the buffer); no choice; a choice without a finish
+        reason."""
         if self.broken:
             return "error event"
+        if self.too_large:
+            return "too large"
         if not self.done:
             return "no [DONE]"
-        if self.after_done or not self._only_comments(self._buf):
+        if self.after_done or not self._only_comments(bytes(self._buf)):
             return "data after [DONE]"
         if not self._choices:
             return "no choices"

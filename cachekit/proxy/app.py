@@ -326,14 +326,15 @@ class Proxy:
         if length is not None and length.isascii() and length.isdigit():
             if len(length) > 18 or int(length) > limit:
                 raise too_large
-            return await request.body()
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+        timeout = self.config.proxy.body_timeout
+        try:
+            return await asyncio.wait_for(_body_within(request, limit, too_large), timeout)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                f"The request body did not arrive within {timeout:g} seconds.",
+                status=408,
+                code="request_timeout",
+            ) from None
 
     def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
         """:func:`prepare` of the body, remembered for small bodies: a repeated request (what
@@ -358,7 +359,7 @@ class Proxy:
             tenant = self.tenants.for_headers(request.headers.items())
             req = self._prepare(endpoint, raw, tenant, controls.namespace)
         except RequestError as exc:
-            self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
+            self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
         if controls.no_cache:
             outcome = {"x-cachekit-cache": "BYPASS"}
@@ -431,7 +432,7 @@ class Proxy:
             tenant = self.tenants.for_headers(request.headers.items())
             rid, correct = parse_feedback(await self._read_body(request))
         except RequestError as exc:
-            self.metrics.errors.labels("too_large" if exc.status == 413 else "bad_request").inc()
+            self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
             return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
         held = self._hits.get(rid)
         if held is None or held[0] != tenant:
@@ -492,7 +493,9 @@ class Proxy:
         out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
         task = None
-        if not controls.no_store:
+        if len(resp.content) > self.config.proxy.max_answer_bytes:
+            self.metrics.not_stored.labels("too_large").inc()
+        elif not controls.no_store:
             task = BackgroundTask(
                 self._store_answer, req, resp.status_code, resp.content, controls.ttl
             )
@@ -565,7 +568,7 @@ class Proxy:
     ) -> AsyncIterator[bytes]:
         """Upstream events to the client as they arrive; the assembled answer is stored only
         if the stream completed. A broken upstream stream breaks the client's too."""
-        asm = StreamAssembler()
+        asm = StreamAssembler(max_answer_bytes=self.config.proxy.max_answer_bytes)
         finished = False
         try:
             async for data in resp.aiter_raw():
@@ -575,6 +578,8 @@ class Proxy:
                 out = b"".join(e for e, _ in events)
                 if out:
                     yield out
+            if asm.rest():
+                yield asm.rest()  # an unterminated tail: relayed as it came, never stored
             finished = True
         finally:
             await resp.aclose()
@@ -582,7 +587,9 @@ class Proxy:
             self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
                 time.perf_counter() - t0
             )
-            if not finished or not asm.complete:
+            if finished and asm.too_large:
+                self.metrics.not_stored.labels("too_large").inc()
+            elif not finished or not asm.complete:
                 self.metrics.not_stored.labels("incomplete_stream").inc()
             elif not controls.no_store:
                 self._spawn(self._store(req, 200, asm.result(), controls.ttl))
@@ -644,6 +651,20 @@ def _hit_id(original: Any, endpoint: str) -> str:
     if not _ID_PREFIX.fullmatch(prefix):
         prefix = "chatcmpl" if endpoint == CHAT else "cmpl"
     return f"{prefix}-ck{secrets.token_hex(12)}"
+
+
+#: The errors metric's reason for a request error's status (anything else: bad_request).
+_ERROR_REASON = {413: "too_large", 408: "body_timeout"}
+
+
+async def _body_within(request: Request, limit: int, too_large: RequestError) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _usage_only(chunk: Any) -> bool:

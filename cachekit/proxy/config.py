@@ -34,6 +34,11 @@ class ProxySettings:
     workers: int = 1
     #: Largest request body accepted on cached endpoints (bytes); larger ones get 413.
     max_body_bytes: int = 4 * 2**20
+    #: Seconds a client has to send a cached endpoint's request body; a slower one gets 408.
+    body_timeout: float = 30.0
+    #: Largest upstream answer stored (bytes; a stream's events): a larger one is relayed, not
+    #: stored, and a stream past it is relayed unparsed, so a stream holds at most this much.
+    max_answer_bytes: int = 8 * 2**20
     #: Seconds to connect to the upstream, and to wait for each read from it.
     connect_timeout: float = 5.0
     upstream_timeout: float = 600.0
@@ -97,9 +102,11 @@ class ProxyConfig:
         p = self.proxy
         if not p.upstream.startswith(("http://", "https://")):
             raise ValueError(f"upstream must be an http(s) URL, got {p.upstream!r}")
-        if p.max_body_bytes < 1 or p.workers < 1 or p.stream_pieces < 1:
-            raise ValueError("max_body_bytes, workers and stream_pieces must be positive")
-        if p.upstream_timeout <= 0 or p.connect_timeout <= 0:
+        if min(p.max_body_bytes, p.max_answer_bytes, p.workers, p.stream_pieces) < 1:
+            raise ValueError(
+                "max_body_bytes, max_answer_bytes, workers and stream_pieces must be positive"
+            )
+        if p.upstream_timeout <= 0 or p.connect_timeout <= 0 or p.body_timeout <= 0:
             raise ValueError("timeouts must be positive")
 
     def to_env(self) -> str:

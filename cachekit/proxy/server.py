@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="API keys (or sha256: fingerprints) that share one tenant; repeatable",
     )
     a("--max-body-bytes", type=int, help="larger request bodies get 413 (default 4 MiB)")
+    a("--body-timeout", type=float, help="seconds to send a request body, else 408 (default 30)")
+    a(
+        "--max-answer-bytes",
+        type=int,
+        help="larger upstream answers are relayed, not stored (default 8 MiB)",
+    )
     a("--upstream-timeout", type=float, help="seconds to wait for each upstream read")
     a(
         "--embedder",
@@ -77,6 +83,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "policy_setting": args.policy_setting,
         "workers": args.workers,
         "max_body_bytes": args.max_body_bytes,
+        "body_timeout": args.body_timeout,
+        "max_answer_bytes": args.max_answer_bytes,
         "upstream_timeout": args.upstream_timeout,
         "embedder": args.embedder,
         "log_level": args.log_level,
