@@ -46,8 +46,9 @@ from fastapi.responses import Response
 CHAT = "/v1/chat/completions"
 SYSTEM = "You are a support assistant. Answer briefly."
 STORED = "How do I reset my password?"
-# Paraphrase + a ticket number: a new text per request, still within the hit threshold.
-PARAPHRASE = "How can I reset my password? Ticket %d."
+# Paraphrase + a ticket reference in letters: a new text per request, still within the hit
+# threshold (a number would differ from the stored text's, which the slot guard refuses).
+PARAPHRASE = "How can I reset my password? Ticket {ref}."
 # A new question each request: random words (see _LUA's words()), so no two are alike.
 QUESTION = "%s?"
 
@@ -78,10 +79,21 @@ function words()
   for i = 1, 8 do out[i] = vocab[math.random(#vocab)] end
   return table.concat(out, " ")
 end
+function letters(n)
+  local s = ""
+  repeat
+    local r = n %% 26
+    s = string.char(97 + r) .. s
+    n = (n - r) / 26
+  until n == 0
+  return s
+end
 function request()
   counter = counter + 1
   local body = template
-  if string.find(template, "%%%%d") then
+  if string.find(template, "{ref}", 1, true) then
+    body = (string.gsub(template, "{ref}", letters(%(offset)d + id * 10000000 + counter)))
+  elseif string.find(template, "%%%%d") then
     body = string.format(template, %(offset)d + id * 10000000 + counter)
   elseif string.find(template, "%%%%s") then
     body = string.format(template, words())
@@ -295,7 +307,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         size = len(first.content)
         check(px + CHAT, STORED, "HIT")
-        check(px + CHAT, PARAPHRASE % 1, "SEMANTIC_HIT")
+        check(px + CHAT, PARAPHRASE.replace("{ref}", "b"), "SEMANTIC_HIT")
         bare_cmd = [
             py,
             str(Path(__file__).resolve()),
