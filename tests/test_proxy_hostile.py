@@ -269,6 +269,7 @@ def test_check_depth_is_iterative_and_exact() -> None:
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_a_body_slower_than_the_timeout_is_408(proxy: ProxyProcess, framing: str) -> None:
     url = urlsplit(proxy.url)
+    assert url.hostname and url.port
     length = "Content-Length: 100" if framing == "content-length" else "Transfer-Encoding: chunked"
     head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{length}\r\n\r\n"
     part = b'{"model"' if framing == "content-length" else b'8\r\n{"model"\r\n'
