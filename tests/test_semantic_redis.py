@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cachekit import Cache, Status
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.testing import wait_until
@@ -195,3 +197,34 @@ def test_cluster_shares_and_rebuilds(redis_cluster, closing) -> None:
     c = make_answer(url, name, closing)
     assert c.tier.wait_ready(10) and len(c.tier) == 12
     assert c.lookup("please " + topic(5), model="a").value == "v5"
+
+
+def test_the_redis_store_neither_shares_nor_reads_oversized_entries(redis_url: str) -> None:
+    import numpy as np
+    import redis
+
+    from cachekit.semantic.persistence import RedisSemanticStore, StoredEntry
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisSemanticStore(
+        lambda: client, False, "ck:bounds:sem:f", max_text_bytes=1_000, max_value_bytes=5_000
+    )
+    vec = np.full(8, 8**-0.5, dtype=np.float32)
+
+    def entry(id_: int, text: str = "short text", value: bytes = b"v") -> StoredEntry:
+        return StoredEntry(id_, "scope", text, value, 1.0, None, 0, "emb", vec)
+
+    store.write([entry(1), entry(2, text="x" * 2_000), entry(3, value=b"v" * 6_000)], None, b"o")
+    assert [bool(client.exists(store.entry_key(i))) for i in (1, 2, 3)] == [True, False, False]
+    # Forged around the store: a valid entry whose text then grows to 10 MB, and a foreign type.
+    store.write([entry(4)], None, b"o")
+    client.hset(store.entry_key(4), "text", "y" * 10_000_000)
+    client.set(store.entry_key(5), "not a hash")
+    found, bad = store.fetch([1, 4, 5, 6])  # 6: never written (expired, say): neither
+    assert [e.id for e in found] == [1] and found[0].text == "short text"
+    assert [i for i, _ in bad] == [4, 5]
+    assert "text of 10000000 or value of 1 bytes is over the store's bounds" in bad[0][1]
+    assert "ResponseError" in bad[1][1]  # WRONGTYPE, as data, not a Redis failure
+    with pytest.raises(ValueError):
+        RedisSemanticStore(lambda: client, False, "b", max_text_bytes=0)
+    client.close()

@@ -44,10 +44,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from cachekit.semantic.policy import EntryStats
+from cachekit.serialization import DEFAULT_MAX_BYTES
 
 __all__ = [
     "LABELS_SUFFIX",
     "LOG_READ_BATCH",
+    "MAX_TEXT_BYTES",
     "PIPELINE_CHUNK",
     "READER_TIMEOUT_MARGIN_S",
     "SCAN_BATCH",
@@ -80,6 +82,10 @@ STATS_FIELDS = ("st_n", "st_ok", "st_bad", "st_user", "st_sim")
 _STATS_KEYS = tuple(f.encode() for f in STATS_FIELDS)
 #: Largest counter accepted from the store (beyond it the record is treated as hostile).
 _STATS_MAX_COUNT = 2**53
+#: The longest entry text a Redis semantic store shares or reads (bytes of UTF-8). Texts past the
+#: embedder's window are never semantic hits with the slot guard on; this only bounds what a
+#: forged or runaway entry costs every reader.
+MAX_TEXT_BYTES = 1 << 20
 
 # KEYS[1]: the entry hash. ARGV: served, confirmed, refuted, reported wrong (increments) and the
 # refuted similarity ("" for none). A counter that is not a decimal integer in [0, 2**53)
@@ -230,7 +236,13 @@ class RedisSemanticStore:
         base: str,
         log_maxlen: int = LOG_MAXLEN,
         reader: Callable[[float], Any] | None = None,
+        max_text_bytes: int = MAX_TEXT_BYTES,
+        max_value_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
+        if max_text_bytes < 1 or max_value_bytes < 1:
+            raise ValueError("max_text_bytes and max_value_bytes must be positive")
+        self.max_text_bytes = max_text_bytes
+        self.max_value_bytes = max_value_bytes
         self._client = client
         self.cluster = cluster
         self.base = base
@@ -264,7 +276,10 @@ class RedisSemanticStore:
         )
 
     def write(self, entries: Sequence[StoredEntry], ttl: float | None, origin: bytes) -> None:
+        """Write and announce ``entries``; one whose text or value is over the store's bounds
+        is not shared (readers would refuse it), and stays in its own process."""
         px = None if ttl is None else max(1, math.ceil(ttl * 1000))
+        entries = [e for e in entries if self._fits(e)]
         for start in range(0, len(entries), PIPELINE_CHUNK):
             chunk = entries[start : start + PIPELINE_CHUNK]
             pipe = self._pipeline()
@@ -286,11 +301,39 @@ class RedisSemanticStore:
             self.client.delete(*(self.entry_key(i) for i in chunk))
             self._announce("del", chunk, origin)
 
+    def _fits(self, e: StoredEntry) -> bool:
+        text = len(e.text.encode("utf-8", "surrogatepass"))
+        return text <= self.max_text_bytes and len(e.value) <= self.max_value_bytes
+
+    def _sizes_ok(self, ids: Sequence[int], bad: list[tuple[int, str]]) -> list[int]:
+        """Those of ``ids`` whose text and value are within the bounds, asked of Redis by
+        length (HSTRLEN) before anything is read: a forged entry with a huge text costs its
+        readers a few bytes, not its size. The others go to ``bad``."""
+        pipe = self._pipeline()
+        for i in ids:
+            pipe.hstrlen(self.entry_key(i), "text")
+            pipe.hstrlen(self.entry_key(i), "value")
+        sizes = pipe.execute(raise_on_error=False)
+        ok = []
+        for j, id_ in enumerate(ids):
+            text, value = sizes[2 * j], sizes[2 * j + 1]
+            if isinstance(text, Exception) or isinstance(value, Exception):
+                bad.append((id_, repr(text if isinstance(text, Exception) else value)))
+            elif text > self.max_text_bytes or value > self.max_value_bytes:
+                bad.append(
+                    (id_, f"text of {text} or value of {value} bytes is over the store's bounds")
+                )
+            else:
+                ok.append(id_)
+        return ok
+
     def fetch(self, ids: Sequence[int]) -> tuple[list[StoredEntry], list[tuple[int, str]]]:
         found: list[StoredEntry] = []
         bad: list[tuple[int, str]] = []
         for start in range(0, len(ids), PIPELINE_CHUNK):
-            chunk = ids[start : start + PIPELINE_CHUNK]
+            chunk = self._sizes_ok(ids[start : start + PIPELINE_CHUNK], bad)
+            if not chunk:
+                continue
             pipe = self._pipeline()
             for i in chunk:
                 pipe.hgetall(self.entry_key(i))
