@@ -31,7 +31,9 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
-    p = ProxyProcess(upstream.url, "--max-body-bytes", "1048576", "--body-timeout", "1").start()
+    p = ProxyProcess(
+        upstream.url, "--max-body-bytes", "1048576", "--body-timeout", "1", "--header-timeout", "1"
+    ).start()
     try:
         yield p
     finally:
@@ -287,3 +289,29 @@ def test_a_body_slower_than_the_timeout_is_408(proxy: ProxyProcess, framing: str
     assert "did not arrive within 1 seconds" in body["error"]["message"]
     assert body["error"]["code"] == "request_timeout"
     assert proxy.metric("cachekit_proxy_errors_total", reason="body_timeout") >= 1
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    got = b""
+    while data := sock.recv(65536):
+        got += data
+    return got
+
+
+@pytest.mark.parametrize("first", ["slow headers", "a request, then slow headers"])
+def test_headers_slower_than_the_timeout_close_the_connection(
+    proxy: ProxyProcess, first: str
+) -> None:
+    url = urlsplit(proxy.url)
+    assert url.hostname and url.port
+    with socket.create_connection((url.hostname, url.port), timeout=15.0) as sock:
+        if first != "slow headers":  # a kept-alive connection: the deadline restarts per request
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = b""
+            while b'"status"' not in reply:
+                reply += sock.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 200")
+        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n".encode())  # and no more
+        # The proxy hangs up (recv returns b"") well before the socket's own 15 s timeout.
+        assert _read_until_closed(sock) == b""
+    assert httpx.get(proxy.url + "/healthz", timeout=10.0).status_code == 200

@@ -34,6 +34,8 @@ class ProxySettings:
     workers: int = 1
     #: Largest request body accepted on cached endpoints (bytes); larger ones get 413.
     max_body_bytes: int = 4 * 2**20
+    #: Seconds a client has to send a request's headers; a slower one's connection is closed.
+    header_timeout: float = 10.0
     #: Seconds a client has to send a cached endpoint's request body; a slower one gets 408.
     body_timeout: float = 30.0
     #: Largest upstream answer stored (bytes; a stream's events): a larger one is relayed, not
@@ -106,7 +108,7 @@ class ProxyConfig:
             raise ValueError(
                 "max_body_bytes, max_answer_bytes, workers and stream_pieces must be positive"
             )
-        if p.upstream_timeout <= 0 or p.connect_timeout <= 0 or p.body_timeout <= 0:
+        if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
 
     def to_env(self) -> str:

@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="API keys (or sha256: fingerprints) that share one tenant; repeatable",
     )
     a("--max-body-bytes", type=int, help="larger request bodies get 413 (default 4 MiB)")
+    a(
+        "--header-timeout",
+        type=float,
+        help="seconds to send a request's headers, else the connection is closed (default 10)",
+    )
     a("--body-timeout", type=float, help="seconds to send a request body, else 408 (default 30)")
     a(
         "--max-answer-bytes",
@@ -83,6 +88,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "policy_setting": args.policy_setting,
         "workers": args.workers,
         "max_body_bytes": args.max_body_bytes,
+        "header_timeout": args.header_timeout,
         "body_timeout": args.body_timeout,
         "max_answer_bytes": args.max_answer_bytes,
         "upstream_timeout": args.upstream_timeout,
@@ -114,5 +120,6 @@ def serve(config: ProxyConfig) -> int:
         log_level=s.log_level,
         access_log=False,
         timeout_graceful_shutdown=10,
+        http="cachekit.proxy.protocol:HeaderDeadlineProtocol",
     )
     return 0
