@@ -13,7 +13,10 @@ process of its own. Per round:
   most while the client reads ``--endless-mb`` of the stream; the growth is the difference;
 * nosep: ``/healthz`` on another connection every 20 ms for ``--nosep-s`` seconds while the
   stream is relayed, and for as long with no stream (the baseline): p50 and max of each, and
-  how much of the stream reached the client meanwhile.
+  how much of the stream reached the client meanwhile;
+* slow clients: ``--slow-clients`` connections at once, each sending a request's headers a byte a
+  second: how many the proxy cuts off within ``--slow-limit-s`` seconds, and when; ``/healthz``
+  meanwhile.
 
 ``--compare-src DIR`` also runs, in the same rounds, the proxy of another checkout (its
 ``cachekit`` first on ``PYTHONPATH``): the code before a change, say. Loopback only; every loop
@@ -222,6 +225,46 @@ def nosep(url: str, seconds: float) -> tuple[list[float], int]:
         reader.join(40.0)
 
 
+async def _slow_client(host: str, port: int, limit_s: float) -> float | None:
+    """Send a request's headers a byte a second; seconds until the proxy hung up, or None if
+    it had not by ``limit_s``."""
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nX-Slow: {'y' * 64}\r\n\r\n".encode()
+    t0 = time.monotonic()
+    try:
+        for i in range(len(head)):
+            if time.monotonic() - t0 > limit_s:
+                return None
+            writer.write(head[i : i + 1])
+            await writer.drain()
+            try:
+                if await asyncio.wait_for(reader.read(1), 1.0) == b"":
+                    return time.monotonic() - t0
+            except asyncio.TimeoutError:
+                continue
+        return None
+    except ConnectionError:
+        return time.monotonic() - t0
+    finally:
+        writer.close()
+
+
+def slow_clients(url: str, n: int, limit_s: float) -> tuple[list[float], list[float]]:
+    """``n`` clients sending headers a byte a second, at once: when each was cut off (those the
+    proxy did not cut by ``limit_s`` are left out), and /healthz latencies meanwhile."""
+    host, port = url.rsplit("//", 1)[1].split(":")
+
+    async def run() -> list[float | None]:
+        return await asyncio.gather(*(_slow_client(host, int(port), limit_s) for _ in range(n)))
+
+    result: list[list[float | None]] = []
+    worker = threading.Thread(target=lambda: result.append(asyncio.run(run())))
+    worker.start()
+    health = health_ms(url, 2.0)
+    worker.join(limit_s + 30.0)
+    return [t for t in result[0] if t is not None], health
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--endless-mb", type=int, default=800)
@@ -229,6 +272,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-s", type=float, default=120.0, help="cap on any one stream")
     ap.add_argument("--compare-src", help="a checkout whose proxy is measured beside this one")
+    ap.add_argument("--slow-clients", type=int, default=400, help="0: skip that part")
+    ap.add_argument("--slow-limit-s", type=float, default=20.0)
     args = ap.parse_args()
     srcs = {"this": None} | ({"compare": args.compare_src} if args.compare_src else {})
     with HostileUpstream(args.max_s) as up:
@@ -238,12 +283,21 @@ def main() -> None:
                     before, peak = endless(url, pid, args.endless_mb, args.max_s)
                     quiet = health_ms(url, args.nosep_s)
                     busy, relayed = nosep(url, args.nosep_s)
+                    cut, slow_health = (
+                        slow_clients(url, args.slow_clients, args.slow_limit_s)
+                        if args.slow_clients
+                        else ([], [0.0])
+                    )
                 print(
                     f"round {r + 1} {name}: endless {args.endless_mb} MiB: RSS {before:.0f} -> "
                     f"max {peak:.0f} MiB (+{peak - before:.0f}); /healthz p50/max "
                     f"{statistics.median(quiet):.1f}/{max(quiet):.1f} ms idle, "
                     f"{statistics.median(busy):.1f}/{max(busy):.1f} ms during a separator-less "
-                    f"stream ({relayed / 2**20:.0f} MiB of it relayed meanwhile)",
+                    f"stream ({relayed / 2**20:.0f} MiB of it relayed meanwhile); "
+                    f"{len(cut)} of {args.slow_clients} byte-a-second clients cut off within "
+                    f"{args.slow_limit_s:g} s"
+                    + (f" (after {min(cut):.1f}-{max(cut):.1f} s)" if cut else "")
+                    + f", /healthz max {max(slow_health):.1f} ms meanwhile",
                     flush=True,
                 )
 
