@@ -50,6 +50,7 @@ import numpy as np
 
 from cachekit.semantic.embedder import CachedEmbedder, SentenceTransformerEmbedder
 from cachekit.semantic.index import FaissIndex
+from cachekit.semantic.pairs import CacheProtocol
 
 SCOPE_MODEL = "qqp"
 # Thresholds searched by the selection rule, and the subset printed as the table.
@@ -70,28 +71,11 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class Scores:
-    threshold: float
-    queries: int
-    duplicates: int
-    hits: int
-    correct: int
-    own_wrong: int = 0  # hits on the pair's own entry, labelled not a duplicate
-    other: int = 0  # hits on another pair's entry (wrong by the protocol)
+class Scores(CacheProtocol):
+    """The library's through-the-cache figures (precision, labelled precision, recall), plus
+    ``other``: hits on another pair's entry (wrong by the protocol)."""
 
-    @property
-    def precision(self) -> float:
-        return self.correct / self.hits if self.hits else float("nan")
-
-    @property
-    def labelled_precision(self) -> float:
-        """Precision over the hits the labels can judge (those on the pair's own entry)."""
-        judged = self.correct + self.own_wrong
-        return self.correct / judged if judged else float("nan")
-
-    @property
-    def recall(self) -> float:
-        return self.correct / self.duplicates if self.duplicates else float("nan")
+    other: int = 0
 
     @property
     def hit_rate(self) -> float:

@@ -21,7 +21,6 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cachekit.semantic.arbiter import Label
 
-__all__ = ["Collected", "add_parser", "latest_labels", "read_redis_labels", "run"]
+__all__ = ["Collected", "add_parser", "read_redis_labels", "run"]
 
 Pair = tuple[str, str, bool]
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -89,10 +88,12 @@ def run(args: argparse.Namespace) -> int:
             _from_redis(args, got)
         if args.replay:
             _from_replay(args, got)
+        # Imported here: pairs needs numpy, which `cachekit --help` must not.
+        from cachekit.semantic.pairs import latest_labels, write_pairs
+
         pairs, disagreed = latest_labels(got.pairs)
         if not pairs:
             raise ValueError("no labelled pairs found; nothing written")
-        from cachekit.semantic.pairs import write_pairs
 
         written = write_pairs(args.out, pairs)
     except (OSError, ValueError, ImportError, AttributeError) as exc:
@@ -112,19 +113,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError("give --replay PREFIX and/or --redis URL --namespace NS")
     if bool(args.redis) != bool(args.namespace):
         raise ValueError("--redis and --namespace go together")
-
-
-def latest_labels(pairs: Iterable[Pair]) -> tuple[list[Pair], int]:
-    """Each ``(query, cached)`` once with its latest label, in the order of those latest
-    labels, and how many of them were labelled both ways."""
-    latest: dict[tuple[str, str], bool] = {}
-    disagreed: set[tuple[str, str]] = set()
-    for query, cached, duplicate in pairs:
-        prev = latest.pop((query, cached), None)
-        if prev is not None and prev != duplicate:
-            disagreed.add((query, cached))
-        latest[(query, cached)] = duplicate
-    return [(q, c, d) for (q, c), d in latest.items()], len(disagreed)
 
 
 # ---------------------------------------------------------------------- replay truth

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.labels import add_parser, latest_labels, run
+from cachekit.labels import add_parser, run
 from cachekit.replay.labels import truth_pairs
 from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
 from cachekit.semantic.error_bounded import ErrorBoundedPolicy
-from cachekit.semantic.pairs import read_pairs
+from cachekit.semantic.pairs import latest_labels, read_pairs
 from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.semantic.tier import semantic_base

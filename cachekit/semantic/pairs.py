@@ -33,6 +33,7 @@ __all__ = [
     "average_precision",
     "cache_protocol",
     "component_parts",
+    "latest_labels",
     "precision_at_recall",
     "read_pairs",
     "write_pairs",
@@ -79,6 +80,21 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str, bool]]) -> int
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1
     return n
+
+
+def latest_labels(
+    pairs: Iterable[tuple[str, str, bool]],
+) -> tuple[list[tuple[str, str, bool]], int]:
+    """Each ``(query, cached)`` once with its latest label, in the order of those latest
+    labels, and how many of them were labelled both ways."""
+    latest: dict[tuple[str, str], bool] = {}
+    disagreed: set[tuple[str, str]] = set()
+    for query, cached, duplicate in pairs:
+        prev = latest.pop((query, cached), None)
+        if prev is not None and prev != duplicate:
+            disagreed.add((query, cached))
+        latest[(query, cached)] = duplicate
+    return [(q, c, d) for (q, c), d in latest.items()], len(disagreed)
 
 
 def component_parts(

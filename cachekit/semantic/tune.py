@@ -40,6 +40,7 @@ from cachekit.semantic.pairs import (
     average_precision,
     cache_protocol,
     component_parts,
+    latest_labels,
     precision_at_recall,
     read_pairs,
 )
@@ -448,10 +449,17 @@ def tune(
 
     manifest = _finish(trainer, parts, base_vec, config, out_dir, rows, extra_eval, log)
     manifest["seconds"] = round(time.perf_counter() - started, 1)
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(out_dir, manifest)
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     log(f"wrote {out_dir} ({(out_dir / ADAPTER_FILE).stat().st_size / 1e6:.1f} MB adapter)")
     return TuneResult(out_dir, manifest, done, manifest["seconds"], first, held_back=parts["tune"])
+
+
+def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """``tune.json``, replaced whole: a loader never reads half of one."""
+    tmp = directory / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
 
 
 def _base_vectors(trainer: _Trainer, train: Sequence[LabelledPair]) -> dict[str, np.ndarray]:
@@ -594,10 +602,7 @@ def recalibrate(
         target_precision=target_precision,
         recalibrated_on_pairs=len(pairs),
     )
-    path = Path(tune_dir) / MANIFEST
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    _write_manifest(Path(tune_dir), manifest)
     log(f"operating point {previous['operating_point']} -> {point:.3f} on {len(pairs)} pairs: {at}")
     return point
 
@@ -605,12 +610,9 @@ def recalibrate(
 def read_pair_files(paths: Sequence[str | Path]) -> list[LabelledPair]:
     """The pairs of several files as one list (lines renumbered, repeats of a (query, cached)
     pair keep the last label)."""
-    latest: dict[tuple[str, str], bool] = {}
-    for path in paths:
-        for p in read_pairs(path):
-            latest.pop((p.query, p.cached), None)
-            latest[(p.query, p.cached)] = p.duplicate
-    return [LabelledPair(i, q, c, d) for i, ((q, c), d) in enumerate(latest.items())]
+    rows = ((p.query, p.cached, p.duplicate) for path in paths for p in read_pairs(path))
+    latest, _ = latest_labels(rows)
+    return [LabelledPair(i, q, c, d) for i, (q, c, d) in enumerate(latest)]
 
 
 def parse_evals(specs: Sequence[str]) -> dict[str, list[LabelledPair]]:
