@@ -20,7 +20,7 @@ from cachekit.protocols import Clock, Serializer
 from cachekit.semantic.arbiter import cache_labels, report_feedback
 from cachekit.semantic.decorator import make_semantic
 from cachekit.telemetry import CacheStats
-from cachekit.types import CacheKey, LookupResult, Status
+from cachekit.types import CacheKey, Found, LookupResult, Status
 
 if TYPE_CHECKING:
     from cachekit.protocols import StorageTier
@@ -149,10 +149,18 @@ class Cache:
             raise TypeError(f"cache keys are str, got {type(key).__qualname__}")
         return self.engine.make_key("kv", "_", key, ("kv", key))
 
+    def _served(self, found: Found, default: Any) -> Any:
+        """What :meth:`get` returns for ``found``, counted: a fresh value is a hit; anything
+        else (absent, stale, an unreachable shared tier) a miss."""
+        if found.status is Status.HIT and found.env is not None:
+            self.engine.record_found(Status.HIT)
+            return found.env.value
+        self.engine.record_misses(1)
+        return default
+
     def get(self, key: str, default: Any = None) -> Any:
         """The fresh value stored under ``key`` with :meth:`set`, else ``default``."""
-        found = self.engine.lookup_one(self._kv_key(key))
-        return found.env.value if found.status is Status.HIT and found.env else default
+        return self._served(self.engine.lookup_one(self._kv_key(key), count=False), default)
 
     def set(self, key: str, value: Any, ttl: float | None = None) -> bool:
         """Store ``value`` under ``key``; returns whether it could be serialized and stored."""
@@ -163,8 +171,8 @@ class Cache:
         self.engine.delete_many([self._kv_key(key)])
 
     async def aget(self, key: str, default: Any = None) -> Any:
-        found = await self.engine.alookup_one(self._kv_key(key))
-        return found.env.value if found.status is Status.HIT and found.env else default
+        found = await self.engine.alookup_one(self._kv_key(key), count=False)
+        return self._served(found, default)
 
     async def aset(self, key: str, value: Any, ttl: float | None = None) -> bool:
         items = [(self._kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]

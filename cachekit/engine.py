@@ -707,7 +707,7 @@ class Engine:
             elif f.status is Status.STALE:
                 tel.stale_hits += 1
 
-    def _lookup_one_core(self, key: CacheKey, probe: bool) -> Core[Found]:
+    def _lookup_one_core(self, key: CacheKey, probe: bool, count: bool = True) -> Core[Found]:
         now = self.clock()
         if now >= self._next_version_check:
             yield from self._version_core(now)
@@ -719,7 +719,8 @@ class Engine:
                     found = Found(Status.ERROR)
             else:
                 found = self._l2_found(key, found, datas[0], now)
-        self.record_found(found.status, probe)
+        if count:
+            self.record_found(found.status, probe)
         return found
 
     def record_found(self, status: Status, probe: bool = False) -> None:
@@ -736,14 +737,16 @@ class Engine:
         elif status is Status.STALE:
             tel.stale_hits += 1
 
-    def lookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
+    def lookup_one(self, key: CacheKey, *, probe: bool = False, count: bool = True) -> Found:
         """What ``key`` finds: L1, then the shared tier. The lookup of one decorated call,
         without the batch bookkeeping of :meth:`lookup_many`. ``probe``: the caller only asks
-        (see :meth:`record_found`); the tiers' own counters count it like any lookup."""
-        return self._run(self._lookup_one_core(key, probe))
+        (see :meth:`record_found`); the tiers' own counters count it like any lookup.
+        ``count=False``: the caller counts the outcome itself (:meth:`record_found`,
+        :meth:`record_misses`), as one that serves no stale value must."""
+        return self._run(self._lookup_one_core(key, probe, count))
 
-    async def alookup_one(self, key: CacheKey, *, probe: bool = False) -> Found:
-        return await self._arun(self._lookup_one_core(key, probe))
+    async def alookup_one(self, key: CacheKey, *, probe: bool = False, count: bool = True) -> Found:
+        return await self._arun(self._lookup_one_core(key, probe, count))
 
     def _l1_one(self, key: CacheKey, now: float) -> tuple[CacheKey, Found]:
         if key.version != self._version:

@@ -141,6 +141,18 @@ def test_get_set_delete(mode: str, l1: bool) -> None:
     assert cache.stats().extra["serialization_errors"] == 1
 
 
+@pytest.mark.parametrize("l1", [True, False])
+def test_get_counts_hits_and_misses(mode: str, l1: bool) -> None:
+    cache = Cache(l2=MemoryTier(), l1=l1)
+    run(mode, lambda: cache.set("k", 1), lambda: cache.aset("k", 1))
+    assert run(mode, lambda: cache.get("k"), lambda: cache.aget("k")) == 1
+    assert run(mode, lambda: cache.get("x"), lambda: cache.aget("x")) is None
+    assert run(mode, lambda: cache.get("y"), lambda: cache.aget("y")) is None
+    stats = cache.stats()
+    assert (stats.hits, stats.misses) == (1, 2)
+    assert stats.hit_rate == pytest.approx(1 / 3)
+
+
 def test_get_set_expire_by_ttl(mode: str) -> None:
     clock = ManualClock()
     cache = Cache(l2=MemoryTier(clock=clock), clock=clock)

@@ -434,18 +434,44 @@ def test_batch_input_without_its_outputs_is_a_usage_error(tmp_path: Path) -> Non
 
 
 def test_unknown_policy_is_refused_before_any_work(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"unknown policy 'nope'.*threshold"):
+    with pytest.raises(ValueError, match=r"unknown hit policy 'nope'.*threshold"):
         run_replay(tmp_path / "missing.jsonl", options=_opts(policy="nope"))
 
 
-def test_registered_policy_plugs_in_by_name(tmp_path: Path) -> None:
-    from cachekit.replay import register_policy
-    from cachekit.semantic.policy import ThresholdPolicy
+class NeverPolicy:
+    """A policy of no built-in kind: it serves no neighbour, and counts what it was asked."""
 
-    register_policy("strict-test", lambda setting: ThresholdPolicy(0.999))
+    name = "never"
+    asked = 0
+
+    def decide(self, query: str, candidates: Any) -> Any:
+        from cachekit.semantic.policy import Decision
+
+        NeverPolicy.asked += 1
+        return Decision(reason="never")
+
+    def observe(self, query: str, candidate: Any, correct: bool) -> None:
+        pass
+
+
+def never_policy(setting: float | None) -> NeverPolicy:
+    return NeverPolicy()
+
+
+@pytest.mark.parametrize("how", ["registered", "module:callable"])
+def test_a_custom_policy_runs_in_replay_by_name(tmp_path: Path, how: str) -> None:
+    from cachekit.replay import register_policy
+
+    name = "never-test"
+    if how == "registered":
+        register_policy(name, never_policy)
+    else:
+        name = f"{__name__}:never_policy"
     log = write_records(tmp_path / "log.jsonl")
-    d = run_replay(log, options=_opts(policy="strict-test")).to_dict()
+    NeverPolicy.asked = 0
+    d = run_replay(log, options=_opts(policy=name)).to_dict()
     assert d["hits"]["semantic"] == 0 and d["hits"]["exact"] == 2
+    assert NeverPolicy.asked > 0  # the custom policy decided, not a threshold stand-in
 
 
 def test_capacity_from_timestamps(tmp_path: Path) -> None:

@@ -287,7 +287,7 @@ def _config_for(
     setting, the threshold policy uses the config's threshold, else the embedder's operating
     point (a tuned embedder's), else the library default."""
     hit_policy = policy_factory(policy)(setting)  # a bad name or setting fails here
-    if isinstance(hit_policy, ThresholdPolicy):
+    if policy == "threshold" and isinstance(hit_policy, ThresholdPolicy):
         threshold = hit_policy.threshold
         if setting is None:
             threshold = base.threshold or operating_point_of(embedder)
