@@ -29,6 +29,7 @@ from cachekit.protocols import Serializer
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_CONTAINERS",
     "MAX_EXT_DEPTH",
     "Envelope",
     "JsonSerializer",
@@ -54,6 +55,12 @@ ENVELOPE_FORMAT = 1
 #: most a small factor (an empty container is one byte on the wire, ~60 bytes in Python), so
 #: this also bounds what one hostile entry can make a reader allocate.
 DEFAULT_MAX_BYTES = 64 * 2**20
+
+#: Most arrays, maps and extension values one stored value may decode into (msgpack and JSON).
+#: A container is one byte on the wire and ~70 bytes in Python, so a 16 MiB entry of empty maps
+#: would cost a reader ~1 GB and seconds; with this bound it is refused after ~75 MB and ~0.2 s.
+#: A payload shorter than the bound cannot reach it and is decoded with no counting at all.
+DEFAULT_MAX_CONTAINERS = 2**20
 
 #: Deepest nesting of msgpack extension values (tuples, sets, numpy) inside one another. Each
 #: level is a nested C unpack call plus a Python hook, outside the unpacker's own stack bound
@@ -172,25 +179,33 @@ def _decode_npscalar(fields: Any) -> Any:
     return np.frombuffer(raw, dtype=dtype)[0]
 
 
+def _ext_value(code: int, inner: Any) -> Any:
+    """The value of a msgpack extension whose payload unpacked to ``inner``."""
+    if code == _EXT_TUPLE:
+        return tuple(inner)
+    if code == _EXT_SET:
+        return set(inner)
+    if code == _EXT_FROZENSET:
+        return frozenset(inner)
+    if code == _EXT_NDARRAY:
+        return _decode_ndarray(inner)
+    if code == _EXT_NPSCALAR:
+        return _decode_npscalar(inner)
+    raise ValueError(f"unknown msgpack extension type {code}")
+
+
+def _check_depth(depth: int) -> None:
+    if depth >= MAX_EXT_DEPTH:
+        raise ValueError(f"stored value nests extension types deeper than {MAX_EXT_DEPTH}")
+
+
 def _make_ext_hook(depth: int) -> Callable[[int, bytes], Any]:
     """The ext hook for extension values nested ``depth`` levels deep: it unpacks their payload
     with the next level's hook, so nesting is bounded without any per-call state."""
 
     def hook(code: int, data: bytes) -> Any:
-        if depth >= MAX_EXT_DEPTH:
-            raise ValueError(f"stored value nests extension types deeper than {MAX_EXT_DEPTH}")
-        inner = _unpackb(data, depth + 1)
-        if code == _EXT_TUPLE:
-            return tuple(inner)
-        if code == _EXT_SET:
-            return set(inner)
-        if code == _EXT_FROZENSET:
-            return frozenset(inner)
-        if code == _EXT_NDARRAY:
-            return _decode_ndarray(inner)
-        if code == _EXT_NPSCALAR:
-            return _decode_npscalar(inner)
-        raise ValueError(f"unknown msgpack extension type {code}")
+        _check_depth(depth)
+        return _ext_value(code, _unpackb(data, depth + 1))
 
     return hook
 
@@ -208,6 +223,45 @@ def _unpackb(data: bytes, depth: int = 0) -> Any:
     return msgpack.unpackb(data, ext_hook=_EXT_HOOKS[depth], raw=False, strict_map_key=False)
 
 
+class _ContainerBudget:
+    """Decodes one payload while counting the containers it creates (every array, map and
+    extension value, at any depth), and stops at ``limit``: the unpacker calls :meth:`take` for
+    each one, which costs a Python call per container, so only payloads long enough to exceed
+    the limit are decoded this way."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, obj: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError(f"stored value decodes into more than {self.limit} containers")
+        return obj
+
+    def unpackb(self, data: bytes, depth: int = 0) -> Any:
+        def ext(code: int, payload: bytes) -> Any:
+            _check_depth(depth)
+            return self.take(_ext_value(code, self.unpackb(payload, depth + 1)))
+
+        return msgpack.unpackb(
+            data,
+            ext_hook=ext,
+            list_hook=self.take,
+            object_hook=self.take,
+            raw=False,
+            strict_map_key=False,
+        )
+
+
+def _check_limits(max_bytes: int, max_containers: int) -> None:
+    for name, n in (("max_bytes", max_bytes), ("max_containers", max_containers)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive int, got {n!r}")
+
+
 def _check_size(data: bytes, max_bytes: int, what: str) -> None:
     if len(data) > max_bytes:
         raise ValueError(
@@ -217,12 +271,17 @@ def _check_size(data: bytes, max_bytes: int, what: str) -> None:
 
 class MsgpackSerializer:
     """The default: compact, fast, safe to read from the network. Keeps tuples, sets, bytes and
-    numpy arrays/scalars as themselves. ``max_bytes`` bounds a payload both ways."""
+    numpy arrays/scalars as themselves. ``max_bytes`` bounds a payload both ways;
+    ``max_containers`` bounds the arrays, maps and extension values one read may build."""
 
     tag = b"m"
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = DEFAULT_MAX_BYTES, max_containers: int = DEFAULT_MAX_CONTAINERS
+    ) -> None:
+        _check_limits(max_bytes, max_containers)
         self.max_bytes = max_bytes
+        self.max_containers = max_containers
 
     def dumps(self, value: Any) -> bytes:
         data: bytes = _packb(value)
@@ -232,18 +291,26 @@ class MsgpackSerializer:
     def loads(self, data: bytes) -> Any:
         if len(data) > self.max_bytes:
             _check_size(data, self.max_bytes, "stored value")
+        if len(data) > self.max_containers:  # each container is at least one byte
+            return _ContainerBudget(self.max_containers).unpackb(data)
         return _unpackb(data)
 
 
 class JsonSerializer:
     """Plain JSON, for stores that other languages read. Tuples come back as lists.
     ``max_bytes`` bounds a payload both ways; nesting is bounded by the interpreter's recursion
-    limit, which the C decoder checks."""
+    limit, which the C decoder checks. ``max_containers`` bounds the arrays and objects a read
+    may build, counted from the payload's ``[`` and ``{`` bytes (those inside strings too, so a
+    value with more brackets in its strings than the bound is refused as well)."""
 
     tag = b"j"
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = DEFAULT_MAX_BYTES, max_containers: int = DEFAULT_MAX_CONTAINERS
+    ) -> None:
+        _check_limits(max_bytes, max_containers)
         self.max_bytes = max_bytes
+        self.max_containers = max_containers
 
     def dumps(self, value: Any) -> bytes:
         data = json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
@@ -252,6 +319,13 @@ class JsonSerializer:
 
     def loads(self, data: bytes) -> Any:
         _check_size(data, self.max_bytes, "stored value")
+        if len(data) > self.max_containers:
+            opened = data.count(b"[") + data.count(b"{")
+            if opened > self.max_containers:
+                raise ValueError(
+                    f"stored value opens {opened} arrays and objects, over the serializer's "
+                    f"limit of {self.max_containers}"
+                )
         return json.loads(data)
 
 

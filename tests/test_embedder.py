@@ -23,7 +23,9 @@ from cachekit.semantic.embedder import (
     CallableEmbedder,
     SentenceTransformerEmbedder,
     as_embedder,
+    cut_to_readable,
     default_cache_dir,
+    readable_chars,
 )
 from cachekit.semantic.onnx_runner import OnnxRunner
 from cachekit.semantic.testing import DeterministicTestEmbedder
@@ -237,6 +239,21 @@ def test_cached_embedder_lru_eviction() -> None:
     assert inner.batches[-1] == ["b"]
 
 
+def test_cached_embedder_is_bounded_in_bytes() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner, max_bytes=16 * 4096)
+    texts = [f"{i:03d}" + "x" * 3000 for i in range(40)]  # ~3.3 KB held each
+    cached.embed(texts)
+    assert 10 <= len(cached) < 20  # ~64 KiB of them, newest kept
+    cached.embed(texts[-1:])
+    assert inner.per_text[texts[-1]] == 1
+    # A text over a sixteenth of the bound is embedded but never held.
+    huge = "y" * 5000
+    cached.embed([huge, huge])
+    cached.embed([huge])
+    assert inner.per_text[huge] == 2
+
+
 def test_cached_embedder_failure_is_not_cached() -> None:
     inner = CountingEmbedder()
     cached = CachedEmbedder(inner)
@@ -316,6 +333,26 @@ def test_model_shapes_and_normalisation(
     para = float(out[0] @ out[1])
     assert para > float(out[0] @ out[2]) + 0.3
     assert para > float(out[1] @ out[2]) + 0.3
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_a_long_text_is_cut_to_what_the_model_reads(
+    backend: str,
+    onnx_embedder: SentenceTransformerEmbedder,
+    torch_embedder: SentenceTransformerEmbedder,
+) -> None:
+    emb = onnx_embedder if backend == "onnx" else torch_embedder
+    limit = readable_chars(emb.sentence_transformer)
+    assert limit == 256 * 101
+    # Whitespace runs, a word longer than WordPiece reads, then 300 KB the model never reads.
+    text = "tell me  about\n\n rivers " + "x" * 150 + " " + "\t".join(["forest"] * 60_000)
+    cut = cut_to_readable(text, limit)
+    assert len(cut) == limit and cut.startswith("tell me about rivers x")
+    full = emb.sentence_transformer.encode([text], normalize_embeddings=True, convert_to_numpy=True)
+    ours = emb.embed([text])
+    np.testing.assert_allclose(ours, full, atol=1e-5)
+    assert cut_to_readable("short  text", limit) == "short  text"  # untouched below the bound
 
 
 @pytest.mark.model

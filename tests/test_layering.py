@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.embedder": MECHANISMS,
     "cachekit.semantic.onnx_runner": MECHANISMS,
     "cachekit.semantic.index": MECHANISMS,
+    "cachekit.semantic.entries": MECHANISMS,
     "cachekit.semantic.persistence": MECHANISMS,
     "cachekit.semantic.policy": MECHANISMS,
     "cachekit.semantic.verifier": MECHANISMS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,7 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ('[proxy]\nupstream = "http://x"\nprot = 1\n', "prot"),
         ('threshhold = 0.9\n[proxy]\nupstream = "http://x"\n', "threshhold"),
         ('threshold = 1.5\n[proxy]\nupstream = "http://x"\n', "threshold"),
+        ('semantic_max_bytes = 0\n[proxy]\nupstream = "http://x"\n', "semantic_max_bytes"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, text: str, match: str) -> None:
@@ -64,6 +66,29 @@ def test_bad_settings_are_refused(tmp_path: Path, text: str, match: str) -> None
     f.write_text(text)
     with pytest.raises(ValueError, match=match):
         ProxyConfig.load(f)
+
+
+def test_semantic_max_bytes_reaches_the_semantic_index() -> None:
+    from cachekit.llm import build_cache
+
+    args = build_parser().parse_args(
+        ["serve", "--upstream", "http://up:1", "--semantic-max-bytes", "1048576"]
+    )
+    config = config_from_args(args)
+    assert config.cache.semantic_max_bytes == 2**20
+    llm = build_cache(config.cache, embedder=DeterministicTestEmbedder())
+    try:
+        assert llm.semantic_function().tier.max_bytes == 2**20
+    finally:
+        llm.close()
+    default = build_cache(
+        ProxyConfig.load(None, {"upstream": "http://up:1"}).cache,
+        embedder=DeterministicTestEmbedder(),
+    )
+    try:
+        assert default.semantic_function().tier.max_bytes == 256 * 2**20
+    finally:
+        default.close()
 
 
 def test_bad_shared_scope_option() -> None:
@@ -84,3 +109,24 @@ def test_load_embedder() -> None:
     assert isinstance(emb, DeterministicTestEmbedder)
     with pytest.raises(ValueError):
         load_embedder("no-colon")
+
+
+def strict_policy(setting: float | None) -> Any:
+    from cachekit.semantic.policy import ThresholdPolicy
+
+    return ThresholdPolicy(0.999)
+
+
+def test_serve_builds_a_policy_named_module_callable() -> None:
+    from cachekit.llm import build_cache
+
+    name = f"{__name__}:strict_policy"
+    args = build_parser().parse_args(["serve", "--upstream", "http://up:1", "--policy", name])
+    config = config_from_args(args)
+    llm = build_cache(config.cache, embedder=DeterministicTestEmbedder())
+    try:
+        assert llm.semantic_function().tier.policy.threshold == 0.999
+    finally:
+        llm.close()
+    with pytest.raises(ValueError, match="cannot be imported"):
+        ProxyConfig.load(None, {"upstream": "http://up:1", "policy": "nowhere.at.all:f"})

@@ -262,6 +262,51 @@ def test_capacity_evicts_oldest_first_from_the_index(emb, closing) -> None:
     assert hit.status is Status.SEMANTIC_HIT and hit.value == f"a:{topic(4)}"
 
 
+def _long(i: int, chars: int = 2000) -> str:
+    """Texts of one length (the bytes bound counts characters), told apart by their head."""
+    return f"{i:04d} " + "lorem " * (chars // 6)
+
+
+def _entry_size(emb: Any, closing: Callable[[Any], Any]) -> int:
+    probe = make_answer(Cache(), emb, closing)
+    probe.put("v", _long(0), model="a")
+    size: int = probe.tier.stats()["index_bytes"]
+    assert size > 2000  # the text, its value and its vector are counted
+    return size
+
+
+def test_max_bytes_evicts_oldest_first(emb, closing) -> None:
+    size = _entry_size(emb, closing)
+    answer = make_answer(Cache(), emb, closing, max_bytes=16 * size + size // 2)
+    assert answer.put_many([("v", (_long(i),), {"model": "a"}) for i in range(20)]) == 20
+    stats = answer.tier.stats()
+    assert len(answer.tier) == 16 and answer.tier.index_size() == 16
+    assert stats["index_bytes"] == 16 * size and stats["evictions"] == 4
+    assert {e.text for e in answer.tier.entries()} == {_long(i) for i in range(4, 20)}
+
+
+def test_an_entry_over_a_share_of_max_bytes_is_not_held(emb, closing) -> None:
+    size = _entry_size(emb, closing)
+    answer = make_answer(Cache(), emb, closing, max_bytes=16 * size)
+    answer.put("short", STORED, model="a")
+    assert answer.put("long", _long(1, chars=4000), model="a")  # its exact entry is kept
+    assert answer.lookup(_long(1, chars=4000), model="a").status is Status.HIT
+    assert answer.tier.stats()["too_large"] == 1
+    assert [e.text for e in answer.tier.entries()] == [STORED]  # nothing evicted for it
+    with pytest.raises(ValueError, match="max_bytes"):
+        make_answer(Cache(), emb, closing, max_bytes=0)
+
+
+def test_load_keeps_the_loading_tiers_bounds(tmp_path, emb, closing) -> None:
+    size = _entry_size(emb, closing)
+    a = make_answer(Cache(), emb, closing)
+    a.put_many([("v", (_long(i),), {"model": "a"}) for i in range(20)])
+    a.tier.save(tmp_path / "sem")
+    b = make_answer(Cache(), emb, closing, max_bytes=16 * size)
+    assert b.tier.load(tmp_path / "sem") == 16
+    assert b.tier.stats()["index_bytes"] == 16 * size and b.tier.index_size() == 16
+
+
 def test_invalidate_removes_exact_and_semantic_entries(emb, closing) -> None:
     answer = make_answer(Cache(), emb, closing)
     answer(STORED, model="a")

@@ -16,6 +16,7 @@ import pytest
 
 from cachekit import Cache, SerializationError
 from cachekit.serialization import (
+    DEFAULT_MAX_CONTAINERS,
     MAX_EXT_DEPTH,
     Envelope,
     JsonSerializer,
@@ -213,6 +214,64 @@ def test_deep_extension_nesting_is_an_error_not_a_crash() -> None:
     for _ in range(MAX_EXT_DEPTH - 1):
         value = (value,)
     assert decode_envelope(s, encode_envelope(s, Envelope(value, 0.0, None))).value == value
+
+
+def _many_empty_maps(n: int) -> bytes:
+    """An envelope whose value is an array of ``n`` empty maps: one byte each on the wire."""
+    head = msgpack.packb([1, 0.0, None, 0.0, None])
+    return b"m\x96" + head[1:] + b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+
+
+@pytest.mark.parametrize("shape", ["maps", "arrays", "tuples"])
+def test_decode_work_is_bounded_by_containers(shape: str) -> None:
+    limit = 1000
+    s = MsgpackSerializer(max_containers=limit)
+    if shape == "maps":
+        data = _many_empty_maps(5000)
+    else:
+        one = msgpack.ExtType(1, b"\x90") if shape == "tuples" else []
+        data = b"m" + msgpack.packb([1, 0.0, None, 0.0, None, [[one] * 50] * 100])
+    with pytest.raises(SerializationError, match="more than 1000 containers"):
+        decode_envelope(s, data)
+    # The same bytes are read by a serializer whose bound they fit.
+    assert len(decode_envelope(MsgpackSerializer(max_containers=20_000), data).value) > 0
+
+
+def test_decode_work_bound_keeps_every_legitimate_value() -> None:
+    s = MsgpackSerializer(max_containers=100)
+    value = {"rows": [{"id": i, "v": (i, float(i))} for i in range(30)], "m": np.arange(4)}
+    env = decode_envelope(s, encode_envelope(s, Envelope(value, 0.0, None)))
+    assert env.value["rows"] == value["rows"]
+    assert env.value["m"].tolist() == [0, 1, 2, 3]
+    # Counted through extension payloads too: 30 tuples + 30 dicts + list + dict + envelope.
+    with pytest.raises(SerializationError, match="containers"):
+        decode_envelope(
+            MsgpackSerializer(max_containers=60), encode_envelope(s, Envelope(value, 0.0, None))
+        )
+
+
+def test_default_container_bound_refuses_a_16_mib_entry_of_empty_maps() -> None:
+    data = _many_empty_maps(16 * 2**20)
+    with pytest.raises(SerializationError, match=f"more than {DEFAULT_MAX_CONTAINERS}"):
+        decode_envelope(MsgpackSerializer(), data)
+
+
+def test_json_decode_work_is_bounded_by_containers() -> None:
+    s = JsonSerializer(max_containers=100)
+    many = encode_envelope(JsonSerializer(), Envelope([[]] * 200, 0.0, None))
+    with pytest.raises(SerializationError, match="limit of 100"):
+        decode_envelope(s, many)
+    few = encode_envelope(JsonSerializer(), Envelope([[1, 2]] * 20 + ["x" * 500], 0.0, None))
+    assert len(decode_envelope(s, few).value) == 21
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_bytes": 0}, {"max_containers": -1}, {"max_containers": True}]
+)
+def test_serializer_limits_must_be_positive(kwargs: dict[str, Any]) -> None:
+    for cls in (MsgpackSerializer, JsonSerializer):
+        with pytest.raises(ValueError, match="positive int"):
+            cls(**kwargs)
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,9 @@ class LLMCacheConfig:
     redis_timeout: float = 0.05
     l1_max_entries: int = 10_000
     capacity: int = 100_000
+    #: Bytes the semantic index may hold (prompts, answers, vectors), besides ``capacity``
+    #: entries; ``None``: the library default (256 MiB). See ``docs/semantic.md``.
+    semantic_max_bytes: int | None = None
     prices: PriceTable = field(default_factory=PriceTable)
 
     @classmethod
@@ -145,6 +148,9 @@ class LLMCacheConfig:
                 f"threshold applies to the threshold policy; the {self.policy} "
                 "policy takes policy_setting"
             )
+        n = self.semantic_max_bytes
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"semantic_max_bytes must be a positive int, got {n!r}")
         for name, keys in self.shared_scope.items():
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
                 raise ValueError(f"shared_scope.{name} must be a list of keys")
@@ -212,6 +218,7 @@ class LLMCache:
         semantic: bool = True,
         embedder: Any = None,
         capacity: int = 100_000,
+        semantic_max_bytes: int | None = None,
         cache_length: bool = False,
         name: str = SEMANTIC_NAME,
         policy: Any = None,
@@ -225,6 +232,7 @@ class LLMCache:
         self.cache_length = cache_length
         self._embedder = embedder
         self._capacity = capacity
+        self._semantic_max_bytes = semantic_max_bytes
         self._name = name
         self._sync_fn: Any = None
         self._async_fn: Any = None
@@ -245,6 +253,7 @@ class LLMCache:
                 embedder=self._embedder,
                 name=self._name,
                 capacity=self._capacity,
+                max_bytes=self._semantic_max_bytes,
             )
             if asynchronous:
                 self._async_fn = fn
@@ -607,6 +616,7 @@ def build_cache(
         semantic=config.semantic,
         embedder=embedder,
         capacity=config.capacity,
+        semantic_max_bytes=config.semantic_max_bytes,
         cache_length=config.cache_length,
         policy=policy,
     )

@@ -65,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="larger upstream answers are relayed, not stored (default 8 MiB)",
     )
+    a(
+        "--semantic-max-bytes",
+        type=int,
+        help="bytes the semantic index may hold: prompts, answers, vectors (default 256 MiB)",
+    )
     a("--upstream-timeout", type=float, help="seconds to wait for each upstream read")
     a(
         "--embedder",
@@ -91,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "header_timeout": args.header_timeout,
         "body_timeout": args.body_timeout,
         "max_answer_bytes": args.max_answer_bytes,
+        "semantic_max_bytes": args.semantic_max_bytes,
         "upstream_timeout": args.upstream_timeout,
         "embedder": args.embedder,
         "log_level": args.log_level,

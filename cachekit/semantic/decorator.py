@@ -75,6 +75,7 @@ def make_semantic(
     name: str | None = None,
     version: str | int | None = None,
     capacity: int = 100_000,
+    max_bytes: int | None = None,
     max_batch: int = 64,
     max_wait_ms: float = 0.0,
     batching: bool = True,
@@ -95,6 +96,10 @@ def make_semantic(
         raise TypeError("scope= must be a function of the call's arguments")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+    ):
+        raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
     if not max_wait_ms >= 0:
@@ -116,6 +121,7 @@ def make_semantic(
             name=name,
             version=version,
             capacity=capacity,
+            max_bytes=max_bytes,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
             batching=batching,
@@ -507,13 +513,14 @@ def _make(
     name: str | None,
     version: str | int | None,
     capacity: int,
+    max_bytes: int | None,
     max_batch: int,
     max_wait_ms: float,
     batching: bool,
     cache_none: bool,
     index_factory: Callable[[int], VectorIndex] | None,
 ) -> SemanticFunction:
-    from cachekit.semantic.tier import SemanticTier
+    from cachekit.semantic.tier import MAX_BYTES, SemanticTier
 
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
@@ -526,6 +533,7 @@ def _make(
         policy=policy,
         ttl=ttl,
         capacity=capacity,
+        max_bytes=MAX_BYTES if max_bytes is None else max_bytes,
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         batching=batching,

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import warnings
@@ -45,7 +46,9 @@ __all__ = [
     "CallableEmbedder",
     "SentenceTransformerEmbedder",
     "as_embedder",
+    "cut_to_readable",
     "default_cache_dir",
+    "readable_chars",
 ]
 
 logger = logging.getLogger(__name__)
@@ -213,6 +216,7 @@ class SentenceTransformerEmbedder:
         self._dim: int | None = DEFAULT_MODEL_DIM if self._model_ref is None else None
         self._model: Any = None
         self._runner: OnnxRunner | None = None
+        self._max_chars: int | None = None  # readable_chars() of the loaded model
         self._lock = threading.RLock()
 
     # -- protocol attributes ------------------------------------------------------------------
@@ -289,6 +293,7 @@ class SentenceTransformerEmbedder:
             self._dim = int(dim)
             if self._backend == "onnx":
                 self._runner = _fast_path_or_none(model, self._batch_size)
+            self._max_chars = readable_chars(model)
             self._model = model
             return self
 
@@ -441,6 +446,8 @@ class SentenceTransformerEmbedder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
+        if self._max_chars is not None:
+            items = [cut_to_readable(t, self._max_chars) for t in items]
         with self._lock:
             if self._runner is not None:
                 return self._runner.encode(items)
@@ -458,6 +465,33 @@ class SentenceTransformerEmbedder:
             f"SentenceTransformerEmbedder(name={self.name!r}, device={self._device!r}, "
             f"loaded={self.loaded})"
         )
+
+
+def readable_chars(model: Any) -> int | None:
+    """How many characters of a text, once its runs of whitespace are collapsed, ``model`` can
+    read at most, or ``None`` when that is not known. Known for a WordPiece tokenizer behind a
+    BERT pre-tokenizer (MiniLM and its tunes): whitespace makes no token and a token covers at
+    most ``max_input_chars_per_word`` characters (a longer word is one ``[UNK]``), so its
+    ``max_seq_length`` tokens cover at most that many characters and a separator each."""
+    try:
+        backend = model[0].tokenizer.backend_tokenizer
+        wordpiece = backend.model
+        if type(wordpiece).__name__ != "WordPiece" or "Bert" not in repr(backend.pre_tokenizer):
+            return None
+        return int(model.max_seq_length) * (int(wordpiece.max_input_chars_per_word) + 1)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def cut_to_readable(text: str, max_chars: int) -> str:
+    """``text`` as the model reads it, when it is longer than ``max_chars`` (see
+    :func:`readable_chars`): whitespace runs collapsed, then cut. The embedding is the same (for
+    texts without the separators U+001C-U+001F, which Python splits at and BERT drops), and a
+    megabyte prompt costs tens of milliseconds instead of a second of tokenizing what the model
+    then drops."""
+    if len(text) <= max_chars:
+        return text
+    return " ".join(text.split())[:max_chars]
 
 
 # Log records the export provokes in the libraries it drives, each addressed to their authors or
@@ -603,6 +637,14 @@ class CallableEmbedder:
         return f"CallableEmbedder(name={self.name!r}, dim={self._dim})"
 
 
+#: Bytes counted per cached embedding besides its text and vector (the LRU's links, the tuple).
+_CACHED_OVERHEAD = 200
+
+
+def _held_bytes(item: tuple[np.ndarray, int]) -> int:
+    return item[1]
+
+
 class CachedEmbedder:
     """An exact-text LRU of embeddings in front of ``inner``.
 
@@ -612,11 +654,20 @@ class CachedEmbedder:
     within one batch); ``misses`` counts texts passed to ``inner``.
     """
 
-    def __init__(self, inner: Embedder, max_entries: int = 10_000) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+    def __init__(
+        self, inner: Embedder, max_entries: int = 10_000, max_bytes: int = 64 * 2**20
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError(
+                f"max_entries and max_bytes must be >= 1, got {max_entries}, {max_bytes}"
+            )
         self.inner = inner
-        self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=max_entries)
+        self.max_entries = max_entries
+        # Values are (vector, bytes held: the text as Python holds it and the vector), so the
+        # LRU is bounded in bytes; a text over a sixteenth of them is embedded but not kept.
+        self._cache: LRUCache[str, tuple[np.ndarray, int]] = LRUCache(
+            maxsize=max_bytes, getsizeof=_held_bytes
+        )
         self._pending: dict[str, Future[np.ndarray]] = {}
         self._lock = threading.Lock()
         self.hits = 0
@@ -654,7 +705,7 @@ class CachedEmbedder:
             for i, text in enumerate(items):
                 cached = self._cache.get(text)
                 if cached is not None:
-                    out[i] = cached
+                    out[i] = cached[0]
                     self.hits += 1
                 elif text in to_embed:
                     to_embed[text].append(i)
@@ -688,7 +739,7 @@ class CachedEmbedder:
                     # A private read-only copy: callers may scribble on what `embed` returns.
                     vec = vectors[row].copy()
                     vec.setflags(write=False)
-                    self._cache[text] = vec
+                    self._keep(text, vec)
                     del self._pending[text]
                     owned[text].set_result(vec)
             for row, text in enumerate(misses):
@@ -697,6 +748,14 @@ class CachedEmbedder:
         for i, fut in waiting:
             out[i] = fut.result()
         return out
+
+    def _keep(self, text: str, vec: np.ndarray) -> None:
+        size = sys.getsizeof(text) + vec.nbytes + _CACHED_OVERHEAD
+        if size > self._cache.maxsize // 16:
+            return
+        self._cache[text] = (vec, size)
+        while len(self._cache) > self.max_entries:
+            self._cache.popitem()
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.inner!r}, hits={self.hits}, misses={self.misses})"

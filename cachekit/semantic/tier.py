@@ -2,9 +2,11 @@
 
 Layout of state, all guarded by one lock:
 
-* ``_entries``: id -> :class:`SemanticEntry` in insertion order. Capacity eviction pops from the
-  front (oldest-first), which needs no bookkeeping on the hit path and, with Redis sharing, makes
-  every process evict the same entries.
+* ``_entries``: an :class:`~cachekit.semantic.entries.EntryTable`, id -> entry in insertion
+  order with the bytes they hold. Eviction (over ``capacity`` entries or ``max_bytes`` bytes) pops
+  from the front (oldest-first), which needs no bookkeeping on the hit path and, with Redis
+  sharing, makes every process evict the same entries. An entry over ``max_bytes //
+  MAX_ENTRY_SHARE`` is not held at all (counted ``too_large``): one request cannot flush the index.
 * ``_indexes``: one :class:`~cachekit.protocols.VectorIndex` per scope, created on first insert.
   A scope holds only requests that may answer each other, so a search can never return an entry
   from another model, tenant or system prompt, whatever its similarity.
@@ -45,7 +47,6 @@ moves records.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 import json
@@ -53,7 +54,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ import numpy as np
 
 from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
 from cachekit.semantic.batcher import MicroBatcher, on_event_loop
+from cachekit.semantic.entries import EntryTable, SemanticEntry, entry_bytes, entry_id
 from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
 from cachekit.serialization import (
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FOLLOW_BLOCK_S",
     "INITIAL_SYNC_WAIT_S",
+    "MAX_BYTES",
+    "MAX_ENTRY_SHARE",
     "UNIT_NORM_TOLERANCE",
     "Match",
     "SemanticEntry",
@@ -96,8 +100,12 @@ log = logging.getLogger("cachekit.semantic")
 _SAVE_FORMAT = 1
 #: Hit similarities kept for the stats' median (a sliding window).
 _SIMILARITY_SAMPLES = 10_000
-#: Bytes of BLAKE2b behind an entry id: 64 bits, shifted to 63 so an id fits a signed int64.
-ENTRY_ID_DIGEST_BYTES = 8
+#: Default bound on the bytes a tier's entries hold (texts, values, vectors; see
+#: :mod:`cachekit.semantic.entries`), besides ``capacity`` entries.
+MAX_BYTES = 256 * 2**20
+#: An entry larger than ``max_bytes // MAX_ENTRY_SHARE`` is not held: storing it would evict at
+#: least that share of the index.
+MAX_ENTRY_SHARE = 16
 #: Seconds the sync thread waits after a failed step, doubling up to the maximum.
 _SYNC_BACKOFF_S = 0.05
 _SYNC_BACKOFF_MAX_S = 5.0
@@ -117,30 +125,6 @@ _HIT_CHECKS_MAX = 1024
 _EXPIRY_SLACK_S = 1.0
 #: Seconds between two batches of served counts added to the shared records.
 _SERVED_FLUSH_S = 1.0
-
-
-def entry_id(scope: str, text: str) -> int:
-    """The id of the entry for ``text`` in ``scope``: stable across processes, 63 bits, so never
-    the ``-1`` that pads search results."""
-    raw = f"{len(scope)}:{scope}|{text}".encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(raw, digest_size=ENTRY_ID_DIGEST_BYTES).digest()
-    return int.from_bytes(digest, "big") >> 1  # a non-negative int64
-
-
-@dataclass(slots=True)
-class SemanticEntry:
-    id: int
-    scope: str
-    text: str
-    value: bytes  # an envelope written with the cache's serializer
-    created_at: float
-    expires_at: float | None
-    version: int  # the cache's namespace version when stored; another version is retired
-    shared: bool = False  # present in Redis (written there, or read from there)
-    stamp: float = 0.0  # time.monotonic() of the local insert, to reconcile a rescan
-
-    def live(self, now: float, version: int) -> bool:
-        return (self.expires_at is None or now < self.expires_at) and self.version == version
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +156,7 @@ class SemanticTier:
         policy: HitPolicy,
         ttl: float | None,
         capacity: int = 100_000,
+        max_bytes: int = MAX_BYTES,
         max_batch: int = 64,
         max_wait_ms: float = 0.0,
         batching: bool = True,
@@ -183,6 +168,8 @@ class SemanticTier:
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates!r}")
         self.engine = engine
@@ -190,13 +177,14 @@ class SemanticTier:
         self.policy = policy
         self.ttl = ttl
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.arbiter = HitArbiter.attach(self, policy)  # candidates, per-entry records, verdicts
         self.candidates = candidates
         self._embedder_factory = embedder
         self._embedder: Embedder | None = None
         self._index_factory = index_factory
         self._lock = threading.RLock()
-        self._entries: OrderedDict[int, SemanticEntry] = OrderedDict()
+        self._entries = EntryTable()
         self._indexes: dict[str, VectorIndex] = {}
         self._expiry: list[tuple[float, int]] = []
         self._seen_version = engine.version
@@ -220,6 +208,7 @@ class SemanticTier:
         self.semantic_hits = 0
         self.misses = 0
         self.evictions = 0
+        self.too_large = 0  # entries over max_bytes // MAX_ENTRY_SHARE, not held
         self.expirations = 0
         self.errors = 0
         self.embed_time = LatencyHistogram()
@@ -481,6 +470,7 @@ class SemanticTier:
         ns_version = self.engine.version
         entries: list[SemanticEntry] = []
         rows: list[int] = []
+        vector_bytes = int(vecs.shape[1]) * vecs.itemsize if vecs.ndim == 2 else 0
         for row, (scope, text, value) in enumerate(items):
             if not isinstance(text, str):
                 raise TypeError(f"texts must be str, got {type(text).__name__}")
@@ -496,9 +486,10 @@ class SemanticTier:
                     log.warning("cachekit: not caching semantic entry: %s", exc)
                     continue
             expires = None if ttl is None else now + ttl
-            entries.append(
-                SemanticEntry(entry_id(scope, text), scope, text, data, now, expires, ns_version)
-            )
+            e = SemanticEntry(entry_id(scope, text), scope, text, data, now, expires, ns_version)
+            if self._too_large(e, vector_bytes):
+                continue  # neither held nor shared
+            entries.append(e)
             rows.append(row)
         if not entries:
             return 0
@@ -515,13 +506,15 @@ class SemanticTier:
         """Put entries and their vectors into the local state; returns what capacity evicted."""
         stamp = time.monotonic()
         groups: dict[str, tuple[list[int], list[int]]] = {}
+        vector_bytes = int(vecs.shape[1]) * vecs.itemsize
         with self._lock:
             for row, e in enumerate(entries):
+                if self._too_large(e, vector_bytes):
+                    continue
                 e.stamp = stamp
-                old = self._entries.pop(e.id, None)
+                old = self._entries.put(e, vector_bytes)
                 if old is not None and old.scope != e.scope:  # a 63-bit collision: keep it sane
                     self._drop_from_index(old.scope, [old.id])
-                self._entries[e.id] = e
                 if e.expires_at is not None:
                     heapq.heappush(self._expiry, (e.expires_at, e.id))
                 ids, rows = groups.setdefault(e.scope, ([], []))
@@ -532,12 +525,25 @@ class SemanticTier:
                 if index is None:
                     index = self._indexes[scope] = self._new_index(int(vecs.shape[1]))
                 index.add(np.asarray(ids, dtype=np.int64), vecs[rows])
-            evicted: list[SemanticEntry] = []
-            while len(self._entries) > self.capacity:
-                evicted.append(self._entries.popitem(last=False)[1])
+            return self._evict_over_bounds()
+
+    def _evict_over_bounds(self) -> list[SemanticEntry]:
+        """Drop the oldest entries while over ``capacity`` or ``max_bytes``; returns them."""
+        evicted: list[SemanticEntry] = []
+        table = self._entries
+        with self._lock:
+            while len(table) > self.capacity or table.bytes > self.max_bytes:
+                evicted.append(table.pop_oldest())
             self._drop_entries_from_indexes(evicted)
             self.evictions += len(evicted)
         return evicted
+
+    def _too_large(self, entry: SemanticEntry, vector_bytes: int) -> bool:
+        """Whether ``entry`` is over ``max_bytes // MAX_ENTRY_SHARE`` (then counted)."""
+        if entry_bytes(entry, vector_bytes) <= self.max_bytes // MAX_ENTRY_SHARE:
+            return False
+        self.too_large += 1
+        return True
 
     def _drop_from_index(self, scope: str, ids: list[int]) -> None:
         index = self._indexes.get(scope)
@@ -558,7 +564,7 @@ class SemanticTier:
     def remove_ids(self, ids: Iterable[int]) -> int:
         """Remove entries locally (not from Redis). Returns how many existed."""
         with self._lock:
-            gone = [e for e in (self._entries.pop(i, None) for i in ids) if e is not None]
+            gone = [e for e in (self._entries.pop(i) for i in ids) if e is not None]
             self._drop_entries_from_indexes(gone)
         return len(gone)
 
@@ -581,7 +587,7 @@ class SemanticTier:
                 expires_at, id_ = heapq.heappop(heap)
                 e = self._entries.get(id_)
                 if e is not None and e.expires_at == expires_at:
-                    del self._entries[id_]
+                    self._entries.pop(id_)
                     gone.append(e)
             self.expirations += len(gone)
             version = self.engine.version
@@ -589,7 +595,7 @@ class SemanticTier:
                 self._seen_version = version
                 stale = [e for e in self._entries.values() if e.version != version]
                 for e in stale:
-                    del self._entries[e.id]
+                    self._entries.pop(e.id)
                 gone.extend(stale)
             if gone:
                 self._drop_entries_from_indexes(gone)
@@ -662,10 +668,10 @@ class SemanticTier:
         with self._lock:
             self.clear()
             self._indexes = indexes
+            vector_bytes = {scope: ix.dim * 4 for scope, ix in indexes.items()}  # float32
             for id_, scope, text, value, created, expires, version in rows:
-                self._entries[id_] = SemanticEntry(
-                    id_, scope, text, value, created, expires, version, stamp=stamp
-                )
+                e = SemanticEntry(id_, scope, text, value, created, expires, version, stamp=stamp)
+                self._entries.put(e, vector_bytes.get(scope, 0))
                 if expires is not None:
                     heapq.heappush(self._expiry, (expires, id_))
             # Versions are per cache instance; what was saved belongs to this one now.
@@ -679,6 +685,7 @@ class SemanticTier:
                     index.remove(np.asarray(sorted(orphans), dtype=np.int64))
                 if len(index) == 0:
                     del self._indexes[scope]
+            self._evict_over_bounds()  # saved by a tier with larger bounds
         self.purge_expired(now)
         return len(self._entries)
 
@@ -727,8 +734,10 @@ class SemanticTier:
             "hit_similarity_p50": sims[len(sims) // 2] if sims else None,
             "hit_similarity_min": self._min_similarity,
             "index_size": len(self._entries),
+            "index_bytes": self._entries.bytes,
             "scopes": len(self._indexes),
             "evictions": self.evictions,
+            "too_large": self.too_large,
             "expirations": self.expirations,
             "errors": self.errors,
             "shared": self.shared,

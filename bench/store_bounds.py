@@ -1,0 +1,174 @@
+"""What a hostile entry in Redis and a run of huge prompts cost a reader and the proxy.
+
+    python bench/store_bounds.py [--rounds 3] [--prompts 400] [--prompt-mb 1] [--compare-src DIR]
+
+* decode: a redis-server this script starts on a free port holds, under the key of a
+  ``cache.set`` entry, a forged 16 MiB envelope whose value is an array of empty maps (one byte
+  each on the wire). A fresh process with ``Cache(redis_url=..., l1=False)`` reads it with
+  ``cache.get``: the seconds the read takes and how much the process's peak RSS grows.
+* long prompts: ``cachekit serve`` (semantic, the bundled model) in front of the fake upstream
+  (``cachekit.proxy.testing``, whose answer repeats the prompt) receives ``--prompts`` distinct
+  chat requests of ``--prompt-mb`` MiB each, one after another; the proxy's RSS (VmRSS) after a
+  short warm-up request, then its maximum over the run, sampled after every request.
+
+``--compare-src DIR`` also measures, in the same rounds, another checkout (its ``cachekit``
+first on ``PYTHONPATH``): the code before a change, say. Loopback only; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from _servers import RedisServer
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAT = "/v1/chat/completions"
+
+DECODE = """
+import resource, sys, time
+import msgpack, redis
+from cachekit import Cache
+url, n = sys.argv[1], int(sys.argv[2])
+cache = Cache(redis_url=url, l1=False, namespace="bounds")
+cache.set("forged", "x")
+client = redis.Redis.from_url(url)
+(key,) = list(client.scan_iter(match="*bounds*"))
+head = msgpack.packb([1, time.time(), 3600.0, 0.0, None])
+client.set(key, b"m\\x96" + head[1:] + b"\\xdd" + n.to_bytes(4, "big") + b"\\x80" * n)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+value = cache.get("forged", default="miss")
+took = time.perf_counter() - t0
+grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+print(f"{took:.3f} {grew:.0f} {type(value).__name__}")
+cache.close()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def env_for(src: str | None) -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if src:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def decode(url: str, src: str | None, n: int) -> tuple[float, float, str]:
+    out = subprocess.run(
+        [sys.executable, "-c", DECODE, url, str(n)],
+        env=env_for(src),
+        cwd=src or str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    took, grew, kind = out.stdout.split()
+    return float(took), float(grew), kind
+
+
+def wait_healthy(url: str, seconds: float) -> None:
+    """Until ``url`` answers 200 (the proxy's /healthz, the fake upstream's /v1/models)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not start")
+
+
+@contextmanager
+def process(cmd: list[str], src: str | None, url: str) -> Iterator[int]:
+    proc = subprocess.Popen(
+        cmd,
+        env=env_for(src),
+        cwd=src or str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_healthy(url, 120.0)
+        yield proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10.0)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def ask(client: httpx.Client, url: str, text: str) -> int:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return client.post(url + CHAT, json=body, timeout=120.0).status_code
+
+
+def long_prompts(upstream: str, src: str | None, n: int, mib: float) -> tuple[float, float, float]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "cachekit", "serve", "--port", str(port), "--upstream", upstream]
+    filler = "lorem ipsum dolor sit amet " * int(mib * 2**20 / 27)
+    with process(cmd, src, url + "/healthz") as pid, httpx.Client() as client:
+        ask(client, url, "warm up the model")
+        before = peak = rss_mib(pid)
+        t0 = time.perf_counter()
+        for i in range(n):
+            if ask(client, url, f"request {i}: {filler}") != 200:
+                raise RuntimeError("the proxy failed a long prompt")
+            peak = max(peak, rss_mib(pid))
+        return before, peak, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--prompt-mb", type=float, default=1.0)
+    ap.add_argument("--forged-mib", type=int, default=16)
+    ap.add_argument("--compare-src", help="a checkout measured beside this one")
+    args = ap.parse_args()
+    srcs = {"this": None} | ({"compare": args.compare_src} if args.compare_src else {})
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}"
+    fake = [sys.executable, "-m", "cachekit.proxy.testing", "--port", str(port)]
+    with RedisServer() as redis, process(fake, None, upstream + "/v1/models"):
+        for r in range(args.rounds):
+            for name, src in srcs.items():
+                took, grew, kind = decode(redis.url, src, args.forged_mib * 2**20)
+                before, peak, secs = long_prompts(upstream, src, args.prompts, args.prompt_mb)
+                read = "a miss" if kind == "str" else kind
+                print(
+                    f"round {r + 1} {name}: forged {args.forged_mib} MiB entry read in "
+                    f"{took:.2f} s, peak RSS +{grew:.0f} MiB ({read});"
+                    f" {args.prompts} prompts of {args.prompt_mb:g} MiB in {secs:.0f} s: proxy "
+                    f"RSS {before:.0f} -> max {peak:.0f} MiB (+{peak - before:.0f})",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
