@@ -171,6 +171,7 @@ class Engine:
         self._refresh_workers = refresh_workers
         self._executor: ThreadPoolExecutor | None = None
         self._refreshing: set[Hashable] = set()
+        self._closed = False  # set by close(): no new refreshes; a running one re-closes L2
         self._refresh_lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closers: list[Callable[[], None]] = []
@@ -1050,7 +1051,7 @@ class Engine:
 
     def _claim_refresh(self, token: Hashable) -> bool:
         with self._refresh_lock:
-            if token in self._refreshing:
+            if self._closed or token in self._refreshing:
                 return False
             self._refreshing.add(token)
             return True
@@ -1062,6 +1063,9 @@ class Engine:
             self.telemetry.refresh_errors += 1
         with self._refresh_lock:
             self._refreshing.discard(token)
+        if self._closed:
+            # It ran past close() and may have reopened the shared tier's connections.
+            self._close_l2()
 
     def refresh_in_background(self, token: Hashable, work: Callable[[], Any]) -> bool:
         """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way.
@@ -1069,6 +1073,9 @@ class Engine:
         if not self._claim_refresh(token):
             return False
         with self._refresh_lock:
+            if self._closed:  # closed since the claim: no executor after close()
+                self._refreshing.discard(token)
+                return False
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     self._refresh_workers, thread_name_prefix="cachekit-refresh"
@@ -1203,16 +1210,23 @@ class Engine:
         self._closers.append(fn)
 
     def close(self) -> None:
-        """Stop background work and release connections. Idempotent."""
+        """Stop background work and release connections. Idempotent. A refresh already running
+        finishes, and then releases what it reopened."""
+        with self._refresh_lock:
+            self._closed = True
         closers, self._closers = self._closers, []
         for fn in closers:
             try:
                 fn()
             except Exception:
                 log.warning("cachekit: error while closing", exc_info=True)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        with self._refresh_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        self._close_l2()
+
+    def _close_l2(self) -> None:
         if self.l2 is not None:
             try:
                 self.l2.close()

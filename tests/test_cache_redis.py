@@ -246,3 +246,33 @@ def test_tls_and_password_urls(redis_password_server, redis_tls_server) -> None:
         assert cache.set("k", [1, 2])
         assert cache.get("k") == [1, 2]
         assert cache.stats().tiers["l2"].errors == 0
+
+
+def test_a_refresh_running_past_close_leaves_no_connection_open(redis_server) -> None:
+    import redis as redis_py
+
+    admin = redis_py.Redis.from_url(redis_server.url)
+    admin.client_setname("admin")
+    cache = Cache(redis_url=redis_server.url, namespace=ns(), l1=False)
+    inside, release = threading.Event(), threading.Event()
+
+    def refresh() -> None:
+        inside.set()
+        assert release.wait(30)
+        cache.set("k", 1)  # after close(): reopens the shared tier's connections
+
+    def others() -> list[dict]:
+        return [c for c in admin.client_list() if c.get("name") != "admin"]
+
+    try:
+        cache.set("warm", 0)
+        assert cache.engine.refresh_in_background("t", refresh)
+        assert inside.wait(10)
+        cache.close()
+        assert not cache.engine.refresh_in_background("u", lambda: None)  # none after close
+        release.set()
+        wait_until(lambda: not cache.engine.refreshing(), timeout=10)
+        wait_until(lambda: others() == [], timeout=10)
+    finally:
+        release.set()
+        admin.close()

@@ -18,7 +18,7 @@ import secrets
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -564,11 +564,40 @@ class Proxy:
                 inflight.leave()
             self.metrics.not_stored.labels("status").inc()
             return Response(data, status_code=resp.status_code, headers=out)
-        relay = self._relay(req, resp, inject, controls, t0)
-        return StreamingResponse(relay, status_code=resp.status_code, headers=out)
+        release = self._releaser(req, resp, t0)
+        relay = self._relay(req, resp, inject, controls, release)
+        return _RelayResponse(relay, release, status_code=resp.status_code, headers=out)
+
+    def _releaser(
+        self, req: LLMRequest, resp: httpx.Response, t0: float
+    ) -> Callable[[], Awaitable[None]]:
+        """What ends one upstream stream, once: close it, leave the in-flight gauge, record its
+        latency. The relay calls it when it ends; the response too, for a client gone before the
+        relay ever started (a generator never started runs no ``finally``)."""
+        done = False
+
+        async def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            try:
+                await resp.aclose()
+            finally:
+                self.metrics.inflight.leave()
+                self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
+                    time.perf_counter() - t0
+                )
+
+        return release
 
     async def _relay(
-        self, req: LLMRequest, resp: httpx.Response, drop_usage: bool, controls: Controls, t0: float
+        self,
+        req: LLMRequest,
+        resp: httpx.Response,
+        drop_usage: bool,
+        controls: Controls,
+        release: Callable[[], Awaitable[None]],
     ) -> AsyncIterator[bytes]:
         """Upstream events to the client as they arrive; the assembled answer is stored only
         if the stream completed. A broken upstream stream breaks the client's too."""
@@ -586,11 +615,7 @@ class Proxy:
                 yield asm.rest()  # an unterminated tail: relayed as it came, never stored
             finished = True
         finally:
-            await resp.aclose()
-            self.metrics.inflight.leave()
-            self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-                time.perf_counter() - t0
-            )
+            await release()
             if finished and asm.too_large:
                 self.metrics.not_stored.labels("too_large").inc()
             elif not finished or not asm.complete:
@@ -647,6 +672,26 @@ class Proxy:
             "redis": self.llm.cache.breaker_state,
             "upstream_in_flight": self.metrics.inflight.now,
         }
+
+
+class _RelayResponse(StreamingResponse):
+    """A relayed stream that releases its upstream however the response ends, including a
+    client that left before the first byte (then the relay never starts)."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        release: Callable[[], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
 
 
 def _hit_id(original: Any, endpoint: str) -> str:

@@ -237,8 +237,8 @@ class HitArbiter:
             return Choice(offered[j], None)
         check = decision.explore
         if check is not None and 0 <= check < len(cands):
-            self.explorations += 1
             with self._lock:
+                self.explorations += 1
                 self._pending[(scope, query)] = _Check(query, cands[check], live[offered[check]][1])
                 _trim(self._pending, _PENDING_MAX)
         if first_refusal is None:  # the nearest was offered: the policy's word

@@ -382,8 +382,10 @@ class SemanticTier:
         if chosen is None:
             return Match(live[0][0], None, reason, live[0][1].text)
         score, entry = live[chosen]
-        if entry.shared and len(self._hit_checks) < _HIT_CHECKS_MAX:
-            self._hit_checks.add(entry.id)  # confirmed present in the background
+        if entry.shared:
+            with self._lock:  # the sync thread swaps the set under the same lock
+                if len(self._hit_checks) < _HIT_CHECKS_MAX:
+                    self._hit_checks.add(entry.id)  # confirmed present in the background
         return Match(score, entry)
 
     def record_hit(self, similarity: float) -> None:
@@ -1106,8 +1108,8 @@ class SemanticTier:
         return bool(held)
 
     def _audit_ids(self) -> list[int]:
-        hits, self._hit_checks = self._hit_checks, set()
         with self._lock:
+            hits, self._hit_checks = self._hit_checks, set()
             n = len(self._entries)
             if n and self._audit_pos >= n:
                 self._audit_pos = 0
