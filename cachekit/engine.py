@@ -17,9 +17,11 @@ translate their world into these calls:
 
 Every operation that may touch the shared tier has an asyncio mirror with an ``a`` prefix.
 Both forms run one core: the rule is a generator that yields the shared-tier operation it needs,
-``(StorageTier method name, argument)``, and is sent back the guarded result. :meth:`Engine._run`
-drives a core with the sync tier and :meth:`Engine._arun` with its asyncio mirror (the sans-IO
-pattern of h11), so no rule is written twice. A generator costs a fraction of a microsecond per
+``(SharedTier method name, its arguments)``, and is sent back the guarded result.
+:meth:`Engine._run` drives a core with the sync tier and :meth:`Engine._arun` with its asyncio
+mirror (the sans-IO pattern of h11), so no rule is written twice. The shared tier is a
+:class:`~cachekit.storage.base.SharedTier`: its optional abilities are methods with defaults,
+called unconditionally, never probed for. A generator costs a fraction of a microsecond per
 operation, which only the paths that miss L1 pay; the L1 hit fast path runs no core.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 import threading
 import time
 import uuid
@@ -51,6 +54,7 @@ from cachekit.serialization import (
     parse_version,
 )
 from cachekit.singleflight import SingleFlight
+from cachekit.storage.base import SharedTier, as_shared_tier
 from cachekit.storage.memory import MemoryStore
 from cachekit.telemetry import CacheStats, FunctionCounters, Telemetry
 from cachekit.types import (
@@ -66,7 +70,7 @@ from cachekit.types import (
 from cachekit.validation import check_seconds
 
 if TYPE_CHECKING:
-    from cachekit.protocols import AsyncStorageTier, StorageTier
+    from cachekit.protocols import StorageTier
 
 __all__ = ["Engine", "KeyShape"]
 
@@ -77,8 +81,9 @@ T = TypeVar("T")
 #: One L1 write of a batch: (local key, envelope as held, seconds to keep, size in bytes).
 L1Item = tuple[Hashable, Envelope, float | None, int]
 
-#: A shared-tier operation a core needs: (StorageTier method name, its one argument).
-L2Op = tuple[str, Any]
+#: A shared-tier operation a core needs: (SharedTier method name, its arguments).
+L2Op = tuple[str, tuple[Any, ...]]
+
 #: A rule written once for both forms: yields L2Ops, is sent their guarded results.
 Core = Generator[L2Op, Any, T]
 
@@ -118,7 +123,7 @@ class Engine:
     def __init__(
         self,
         *,
-        l2: StorageTier | None,
+        l2: SharedTier | StorageTier | None,
         namespace: str,
         l1: bool,
         l1_max_entries: int,
@@ -147,7 +152,7 @@ class Engine:
         self._l1_serializer: Serializer = s.inner if isinstance(s, SignedSerializer) else s
         #: Live counters; entry points record what only they can see (semantic hits, time saved).
         self.telemetry = Telemetry(namespace)
-        self.l2: StorageTier | None = l2
+        self.l2: SharedTier | None = None if l2 is None else as_shared_tier(l2)
         self.l1: MemoryStore[Envelope] | None = (
             MemoryStore(l1_max_entries, l1_max_bytes, clock) if l1 else None
         )
@@ -194,12 +199,11 @@ class Engine:
         self._local_of: OrderedDict[str, Hashable] = OrderedDict()
         self._local_of_max = max(1024, 2 * l1_max_entries)
         self._local_of_lock = threading.Lock()
-        self._publishes = callable(getattr(self.l2, "publish_invalidation", None))
+        self._publishes = self.l2 is not None and self.l2.publishes_invalidations
         self._follows = False
         self._following = threading.Event()
-        follow = getattr(self.l2, "follow_invalidations", None)
-        if self.l1 is not None and callable(follow):
-            stop = follow(
+        if self.l1 is not None and self.l2 is not None:
+            stop = self.l2.follow_invalidations(
                 self._inval_channel, self._on_invalidation, self.clear_l1, self._following.set
             )
             if stop is not None:
@@ -212,9 +216,11 @@ class Engine:
         """Drive ``core`` with the sync shared tier."""
         try:
             op = next(core)
+            tier = self.l2
+            assert tier is not None, "a core yields shared-tier operations only when there is one"
             while True:
-                name, arg = op
-                op = core.send(self.l2_call(getattr(self.l2, name), arg))
+                name, args = op
+                op = core.send(self.l2_call(_SYNC_OPS[name](tier), *args))
         except StopIteration as done:
             return done.value
 
@@ -222,18 +228,13 @@ class Engine:
         """Drive ``core`` with the asyncio shared tier: the ``a``-prefixed mirror of each op."""
         try:
             op = next(core)
-            tier = self._async_l2()
+            tier = self.l2
+            assert tier is not None, "a core yields shared-tier operations only when there is one"
             while True:
-                name, arg = op
-                op = core.send(await self.al2_call(getattr(tier, "a" + name), arg))
+                name, args = op
+                op = core.send(await self.al2_call(_ASYNC_OPS[name](tier), *args))
         except StopIteration as done:
             return done.value
-
-    def _async_l2(self) -> AsyncStorageTier:
-        tier = self.l2
-        if not hasattr(tier, "aget_many"):
-            raise TypeError(f"shared tier {type(tier).__name__} has no asyncio interface")
-        return tier  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ keys and ttl
 
@@ -376,7 +377,7 @@ class Engine:
         if now < self._next_version_check or self.l2 is None:
             return
         self._next_version_check = now + self._version_refresh_s
-        got = yield ("get_many", [self._version_key])
+        got = yield ("get_many", ([self._version_key],))
         if got is FAILED:
             return
         seen = shared_version(got[0])
@@ -391,18 +392,15 @@ class Engine:
                     got[0][:32],
                     floor,
                 )
-            if callable(getattr(self.l2, "raise_counter", None)):
-                seeded = yield ("raise_counter", (self._version_key, floor))
+            seeded = yield ("raise_counter", (self._version_key, floor))
+            if seeded is not None:  # None: the tier leaves counters as they are
                 seen = None if seeded is FAILED else shared_version(seeded)
-        elif (
-            seen is not None
-            and seen < self._version < VERSION_EXHAUSTED
-            and callable(getattr(self.l2, "raise_counter", None))
-        ):
+        elif seen is not None and seen < self._version < VERSION_EXHAUSTED:
             # Lowered by another writer: put it back, so that processes started now do not
             # adopt a version that was retired.
             seeded = yield ("raise_counter", (self._version_key, self._version))
-            seen = None if seeded is FAILED else shared_version(seeded)
+            if seeded is not None:
+                seen = None if seeded is FAILED else shared_version(seeded)
         if seen is not None:
             self._set_version(seen)
 
@@ -413,15 +411,12 @@ class Engine:
             self.clear_l1()
             return True
         known = self._version
-        if callable(getattr(self.l2, "incr_from", None)):
-            # INCR-safe re-seed: a lost key restarts above the version this process knows, a
-            # malformed or exhausted one at a fresh epoch (see _version_core).
-            new = yield (
-                "incr_from",
-                (self._version_key, known, self._fresh_epoch(), VERSION_EXHAUSTED),
-            )
-        else:
-            new = yield ("incr", self._version_key)
+        # INCR-safe re-seed (where the tier offers it): a lost key restarts above the version
+        # this process knows, a malformed or exhausted one at a fresh epoch (see _version_core).
+        new = yield (
+            "incr_from",
+            (self._version_key, known, self._fresh_epoch(), VERSION_EXHAUSTED),
+        )
         if new is FAILED:
             log.warning(
                 "cachekit: could not bump namespace %r: shared tier unavailable", self.namespace
@@ -487,7 +482,7 @@ class Engine:
         """Where the shared tier points, password redacted (its ``target``, else its name)."""
         if self.l2 is None:
             return None
-        return str(getattr(self.l2, "target", None) or self.l2.name)
+        return self.l2.target
 
     def check_shared_tier(self) -> Health:
         """Read from the shared tier once, now (bounded by its timeouts), record the outcome and
@@ -714,7 +709,7 @@ class Engine:
             yield from self._version_core(now)
         key, found = self._l1_one(key, now)
         if found.status is not Status.HIT and self.l2 is not None:
-            datas = yield ("get_many", [key.remote])
+            datas = yield ("get_many", ([key.remote],))
             if datas is FAILED:
                 if found.status is Status.MISS:
                     found = Found(Status.ERROR)
@@ -842,7 +837,7 @@ class Engine:
         remotes = remotes_of(pending)
         held = 0
         if self.l2 is not None:
-            datas = yield ("get_many", remotes)
+            datas = yield ("get_many", (remotes,))
             held = self._l2_merge(locals_, pending, remotes, found, datas, now, share)
         misses_only = not (stale or held)
         if not misses_only:  # otherwise every entry is MISSED or an error: nothing to count
@@ -930,7 +925,7 @@ class Engine:
     def _store_core(self, items: Sequence[StoreItem], share: bool) -> Core[list[bool]]:
         ok, entries = self._encode_many(items, share)
         if entries and self.l2 is not None:
-            yield ("set_many", entries)
+            yield ("set_many", (entries,))
         return ok
 
     def store_many(self, items: Sequence[StoreItem], *, share: bool = False) -> list[bool]:
@@ -953,7 +948,7 @@ class Engine:
                 self.l1.delete(k.local)
         if keys and self.l2 is not None:
             remotes = [k.remote for k in keys]
-            yield ("delete_many", remotes)
+            yield ("delete_many", (remotes,))
             if self._publishes:
                 payload = json.dumps({"o": self._origin, "k": remotes}).encode()
                 yield ("publish_invalidation", (self._inval_channel, payload))
@@ -1253,3 +1248,23 @@ def _merge_found(lazy: LazyFound) -> list[Found]:
         else rest[i]
         for i, env in enumerate(lazy.fresh)
     ]
+
+
+#: The SharedTier operations a core may yield, by name: each is looked up on the tier when
+#: called (a tier's methods may be wrapped after the engine was built: instrumentation, tests),
+#: and the asyncio driver calls the ``a`` form.
+_SYNC_OPS: dict[str, Callable[[SharedTier], Callable[..., Any]]] = {
+    name: operator.attrgetter(name)
+    for name in (
+        "get_many",
+        "set_many",
+        "delete_many",
+        "incr",
+        "incr_from",
+        "raise_counter",
+        "publish_invalidation",
+    )
+}
+_ASYNC_OPS: dict[str, Callable[[SharedTier], Callable[..., Awaitable[Any]]]] = {
+    name: operator.attrgetter("a" + name) for name in _SYNC_OPS
+}

@@ -1,6 +1,7 @@
 """The semantic tier's sharing seam: any shared tier that offers a SemanticStore shares semantic
 entries between processes, not only Redis. Here an in-process store (a test double that keeps
-records and a log in memory) stands in for Redis behind the same protocol."""
+records and a log in memory) stands in for Redis: a SemanticStore subclass writing the five
+required operations, with the defaults of the optional ones."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"  # above 0.9 with STORED under the test embedder
 
 
-class InMemorySemanticStore:
+class InMemorySemanticStore(SemanticStore):
     """Records by id and an append-only log; cursors are log positions."""
 
     def __init__(self) -> None:
@@ -72,7 +73,7 @@ class SharingMemoryTier(MemoryTier):
         return self.stores.setdefault(base, InMemorySemanticStore())
 
 
-def test_stores_implement_the_protocol() -> None:
+def test_stores_subclass_the_base() -> None:
     assert isinstance(InMemorySemanticStore(), SemanticStore)
     assert isinstance(RedisSemanticStore(lambda: None, False, "ck:ns:sem:f"), SemanticStore)
 

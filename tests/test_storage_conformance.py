@@ -1,20 +1,27 @@
-"""One conformance suite for :class:`StorageTier` / :class:`AsyncStorageTier`, run against every
-backend: in-process memory, Redis (plain, password, TLS) and a 3-node Redis Cluster."""
+"""One conformance suite for :class:`~cachekit.storage.base.SharedTier`, run against every
+backend: in-process memory, a plain object with only the five required operations (wrapped by
+``as_shared_tier``), Redis (plain, password, TLS) and a 3-node Redis Cluster. It covers the
+optional abilities too: each backend either offers one (Redis) or shows its documented default."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from cachekit.protocols import AsyncStorageTier, StorageTier
+from cachekit.protocols import AsyncStorageTier, Entry, StorageTier
+from cachekit.semantic.persistence import SemanticStore
+from cachekit.storage.base import SharedTier, as_shared_tier
+from cachekit.storage.memory import MemoryTier
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
+    pytest.param("plain", id="plain"),
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
     pytest.param("redis-password", id="redis-password", marks=pytest.mark.redis),
     pytest.param("redis-tls", id="redis-tls", marks=pytest.mark.redis),
@@ -33,19 +40,53 @@ LONG_TTL = 600.0
 EXPIRY_DEADLINE = 5.0
 
 
-def _make_memory() -> Any:
-    try:
-        from cachekit.storage.memory import MemoryTier
-    except ImportError as e:  # written alongside this suite; skip until it lands
-        pytest.skip(f"cachekit.storage.memory.MemoryTier not importable yet: {e}")
-    return MemoryTier()
+class DictTier:
+    """The least a user's backend needs: the five required operations, sync only, no base
+    class (the StorageTier protocol). Not thread-safe beyond what the suite needs."""
+
+    name = "dict"
+
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[bytes, float | None]] = {}
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        now = time.monotonic()
+        got = [self.data.get(key) for key in keys]
+        return [
+            v if v is not None and (t is None or t > now) else None
+            for v, t in (g if g is not None else (None, None) for g in got)
+        ]
+
+    def set_many(self, entries: Sequence[Entry]) -> None:
+        for key, value, ttl in entries:
+            if ttl is not None and ttl <= 0:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = (value, None if ttl is None else time.monotonic() + ttl)
+
+    def delete_many(self, keys: Sequence[str]) -> int:
+        live = self.get_many(keys)
+        for key in keys:
+            self.data.pop(key, None)
+        return len({key for key, v in zip(keys, live, strict=True) if v is not None})
+
+    def incr(self, key: str) -> int:
+        current = self.get_many([key])[0]
+        value = int(current or b"0") + 1
+        self.data[key] = (str(value).encode(), None)
+        return value
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture(params=BACKENDS)
 def tier(request: pytest.FixtureRequest) -> Iterator[Any]:
     backend: str = request.param
     if backend == "memory":
-        t = _make_memory()
+        t: Any = MemoryTier()
+    elif backend == "plain":
+        t = as_shared_tier(DictTier())
     else:
         pytest.importorskip("redis")
         from cachekit.storage.redis import RedisTier
@@ -95,6 +136,7 @@ def _poll(predicate: Callable[[], bool], deadline_s: float) -> bool:
 
 
 def test_implements_protocols(tier: Any) -> None:
+    assert isinstance(tier, SharedTier) and as_shared_tier(tier) is tier
     assert isinstance(tier, StorageTier)
     assert isinstance(tier, AsyncStorageTier)
     assert isinstance(tier.name, str) and tier.name
@@ -253,3 +295,71 @@ async def test_sync_and_async_see_the_same_data(atier: Any, k: Callable[[str], s
     await atier.aset_many([(k("a"), b"from-async", None)])
     assert await atier.aget_many([k("s")]) == [b"from-sync"]
     assert atier.get_many([k("a")]) == [b"from-async"]
+
+
+# -- optional abilities: offered, or the documented default ------------------------------------
+
+
+def offers(tier: Any) -> bool:
+    """Whether ``tier`` offers the optional abilities (Redis, in every deployment); the others
+    show the documented defaults."""
+    return tier.name == "redis"
+
+
+def test_target_names_where_the_tier_points(tier: Any) -> None:
+    assert isinstance(tier.target, str) and tier.target
+    assert ":***@" in tier.target or "@" not in tier.target  # a password never shows
+
+
+def test_incr_from_restarts_above_the_floor_or_is_incr(tier: Any, k: Callable[[str], str]) -> None:
+    first = tier.incr_from(k("v"), 41, 1000, 2**52)
+    assert first == (42 if offers(tier) else 1)
+    assert tier.incr_from(k("v"), 0, 1000, 2**52) == first + 1
+    tier.set_many([(k("bad"), b"1.5", None)])
+    if offers(tier):  # a malformed counter restarts at the epoch
+        assert tier.incr_from(k("bad"), 3, 1000, 2**52) == 1000
+
+
+def test_raise_counter_raises_or_leaves_it(tier: Any, k: Callable[[str], str]) -> None:
+    tier.incr(k("c"))
+    got = tier.raise_counter(k("c"), 7)
+    assert got == (7 if offers(tier) else None)
+    assert tier.get_many([k("c")]) == [b"7" if offers(tier) else b"1"]
+    if offers(tier):
+        assert tier.raise_counter(k("c"), 3) == 7  # never lowered
+
+
+def test_invalidations_are_published_and_followed_or_not(
+    tier: Any, k: Callable[[str], str]
+) -> None:
+    got: list[bytes] = []
+    subscribed = threading.Event()
+    stop = tier.follow_invalidations(k("chan"), got.append, lambda: None, subscribed.set)
+    assert tier.publishes_invalidations is offers(tier)
+    if not offers(tier):
+        assert stop is None
+        tier.publish_invalidation(k("chan"), b"x")  # the default does nothing, never raises
+        return
+    try:
+        assert subscribed.wait(10)
+        tier.publish_invalidation(k("chan"), b"deleted-keys")
+        assert _poll(lambda: got == [b"deleted-keys"], 10)
+    finally:
+        stop()
+
+
+def test_semantic_store_is_offered_or_none(tier: Any, key_prefix: str) -> None:
+    store = tier.semantic_store(key_prefix + "sem")
+    if offers(tier):
+        assert isinstance(store, SemanticStore) and store.shares_records
+        store.close()
+    else:
+        assert store is None
+
+
+async def test_async_optional_abilities(atier: Any, k: Callable[[str], str]) -> None:
+    first = await atier.aincr_from(k("v"), 9, 1000, 2**52)
+    assert first == (10 if offers(atier) else 1)
+    await atier.aincr(k("c"))
+    assert await atier.araise_counter(k("c"), 5) == (5 if offers(atier) else None)
+    await atier.apublish_invalidation(k("chan"), b"x")  # offered or a no-op: never raises

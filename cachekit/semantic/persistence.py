@@ -5,9 +5,9 @@ announces every addition and removal. The tier (:mod:`cachekit.semantic.tier`) d
 write, when to rebuild and what to apply; a store only moves records. Stores raise on failure:
 the tier calls them through the engine's guarded shared-tier call.
 
-A shared tier offers a store by having ``semantic_store(base_key) -> SemanticStore``
-(:meth:`cachekit.storage.redis.RedisTier.semantic_store` does); any other tier keeps its
-semantic entries in-process.
+A shared tier offers a store from its ``semantic_store(base_key)``
+(:meth:`cachekit.storage.base.SharedTier.semantic_store`; Redis does, the default is ``None``):
+any other tier keeps its semantic entries in-process.
 
 The Redis layout of :class:`RedisSemanticStore`: each entry is a hash ``{base}:e:{id}`` (Redis
 TTL = entry TTL), the log is the stream ``{base}:log``, and ``{base}:gen`` is a token that lives
@@ -20,7 +20,8 @@ EntryStats`): the counters ``st_n`` (served), ``st_ok`` (confirmed), ``st_bad`` 
 refuted). :meth:`RedisSemanticStore.add_stats` changes them atomically (a small Lua script: the
 counters are incremented, ``st_sim`` only ever rises, and nothing is written for an entry that
 is gone) and announces a verdict with a ``stats`` message on the log; served counts are added
-without a message. Stores without these methods simply do not share records.
+without a message. A store that does not override them (``shares_records`` False) shares no
+records.
 
 Verdicts are also kept as labelled pairs (:class:`~cachekit.semantic.arbiter.Label`, one JSON
 object each) in the capped list ``{base}:labels``, newest first: :meth:`RedisSemanticStore.
@@ -39,7 +40,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -185,44 +186,79 @@ class Snapshot:
     ids: list[int]
 
 
-@runtime_checkable
-class SemanticStore(Protocol):
-    """Shared semantic entries and their log. Every method raises on failure."""
+class SemanticStore:
+    """Shared semantic entries and their log: the base every store subclasses. Every method
+    raises on failure. The first five are required; the rest are optional abilities, each with
+    a documented default that a store overrides to offer it (the tier calls them without asking
+    what a store has)."""
+
+    @property
+    def follows(self) -> bool:
+        """Whether :meth:`follow` blocks until a message arrives (else the tier polls
+        :meth:`read_after` at its interval). Default: False."""
+        return False
+
+    #: Whether :meth:`add_stats`, :meth:`fetch_stats` and :meth:`push_labels` share records.
+    shares_records: bool = False
 
     def write(self, entries: Sequence[StoredEntry], ttl: float | None, origin: bytes) -> None:
         """Store ``entries`` (replacing same ids), then announce them on the log."""
-        ...
+        raise NotImplementedError
 
     def delete(self, ids: Sequence[int], origin: bytes) -> None:
         """Remove the entries of ``ids`` and announce it on the log."""
-        ...
+        raise NotImplementedError
 
     def fetch(self, ids: Sequence[int]) -> tuple[list[StoredEntry], list[tuple[int, str]]]:
         """The stored entries of ``ids`` (absent ones skipped), and ``(id, reason)`` for those
         that could not be read."""
-        ...
+        raise NotImplementedError
 
     def snapshot(self) -> Snapshot:
         """Start (or join) a generation and list every entry. The cursor is taken before the
         listing, so what is announced during it is read from the log afterwards."""
-        ...
+        raise NotImplementedError
 
     def read_after(self, cursor: bytes) -> LogRead:
         """The log messages after ``cursor`` (at most :data:`LOG_READ_BATCH`), with the
         generation token read in the same round trip."""
-        ...
+        raise NotImplementedError
 
-    # Optional (a store without them shares no per-entry records; the tier checks for them):
-    #   add_stats(changes: Sequence[StatsChange], origin: bytes | None) -> None
-    #       apply the changes to the stored records; announce them (op "stats") unless
-    #       ``origin`` is None.
-    #   fetch_stats(ids) -> tuple[dict[int, EntryStats], list[tuple[int, str]]]
-    #       the stored records of ``ids`` (entries without one skipped), and the malformed.
-    #   push_labels(records: Sequence[str], cap: int) -> None
-    #       add verdicts (JSON) to the tier's capped list of labels, keeping the newest ``cap``.
+    # ------------------------------------------------------------------ optional
+
+    def follow(self, cursor: bytes, block_s: float) -> LogRead:
+        """:meth:`read_after`, waiting up to ``block_s`` for a message. Default: it does not
+        wait (and :attr:`follows` is False)."""
+        return self.read_after(cursor)
+
+    def missing(self, ids: Sequence[int]) -> list[int]:
+        """Those of ``ids`` whose entries are no longer stored. Default: read through
+        :meth:`fetch` (an entry that cannot be read is still stored)."""
+        entries, unreadable = self.fetch(ids)
+        present = {e.id for e in entries} | {i for i, _ in unreadable}
+        return [i for i in ids if i not in present]
+
+    def add_stats(self, changes: Sequence[StatsChange], origin: bytes | None) -> None:
+        """Apply ``changes`` to the stored records and announce them (op ``stats``) unless
+        ``origin`` is None. Default: nothing (records are not shared)."""
+
+    def fetch_stats(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, EntryStats], list[tuple[int, str]]]:
+        """The stored records of ``ids`` (entries without one skipped), and the malformed.
+        Default: none."""
+        return {}, []
+
+    def push_labels(self, records: Sequence[str], cap: int) -> None:
+        """Add verdicts (JSON) to the capped list of labels, keeping the newest ``cap``.
+        Default: nothing."""
+
+    def close(self) -> None:
+        """Release what the store holds of its own (a blocked :meth:`follow` returns at once).
+        Default: nothing."""
 
 
-class RedisSemanticStore:
+class RedisSemanticStore(SemanticStore):
     """:class:`SemanticStore` on a redis-py client (standalone or cluster). ``client`` returns
     the client at each use (a tier creates its client lazily).
 
@@ -436,6 +472,14 @@ class RedisSemanticStore:
 
     def read_after(self, cursor: bytes) -> LogRead:
         return self._read(self.client, cursor, None)
+
+    shares_records = True
+
+    @property
+    def follows(self) -> bool:
+        """True when the store can open a reader connection of its own (a URL, not a client
+        passed in): only then does :meth:`follow` block."""
+        return self._reader_factory is not None
 
     def follow(self, cursor: bytes, block_s: float) -> LogRead:
         """:meth:`read_after`, waiting up to ``block_s`` for a message (XREAD BLOCK) on the

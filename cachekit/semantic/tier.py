@@ -242,9 +242,8 @@ class SemanticTier:
         self.invalid_stats = 0
         if self._store is None:
             self._ready.set()
-        elif callable(getattr(self._store, "add_stats", None)):
+        elif self._store.shares_records:
             self.arbiter.on_verdict = self._share_verdict
-        if callable(getattr(self._store, "push_labels", None)):
             self.arbiter.on_label = self._share_label
 
     # ------------------------------------------------------------------ embedder and indexes
@@ -789,10 +788,9 @@ class SemanticTier:
         if self.batcher is not None:
             self.batcher.close()
         self._stop.set()
-        closer = getattr(self._store, "close", None)
-        if callable(closer):
+        if self._store is not None:
             try:
-                closer()  # interrupts a blocked read instead of waiting out its block
+                self._store.close()  # interrupts a blocked read instead of waiting out its block
             except Exception:
                 log.debug("cachekit: error closing the semantic store", exc_info=True)
         t = self._sync_thread
@@ -906,9 +904,7 @@ class SemanticTier:
     def _share_verdict(self, entry_id: int, correct: bool, similarity: float, user: bool) -> None:
         """The arbiter's hook: add a verdict to the entry's shared record and announce it.
         A failure (Redis down) costs the sharing only."""
-        add = getattr(self._store, "add_stats", None)
-        if not callable(add):
-            return
+        assert self._store is not None
         change = StatsChange(
             entry_id,
             confirmed=int(correct),
@@ -916,14 +912,13 @@ class SemanticTier:
             reported_wrong=int(user and not correct),
             refuted_at=None if correct else similarity,
         )
-        self.engine.l2_call(add, [change], self._origin)
+        self.engine.l2_call(self._store.add_stats, [change], self._origin)
 
     def _share_label(self, label: Label) -> None:
         """The arbiter's label hook: append the verdict to the tier's capped list of labels
         (every process's, for ``cachekit export-labels``). A failure costs the sharing only."""
-        push = getattr(self._store, "push_labels", None)
-        if callable(push):
-            self.engine.l2_call(push, [json.dumps(label.to_dict())], LABELS_MAX)
+        assert self._store is not None
+        self.engine.l2_call(self._store.push_labels, [json.dumps(label.to_dict())], LABELS_MAX)
 
     def _share_served(self) -> None:
         """Served counts since the last batch, added to the shared records unannounced, at most
@@ -932,17 +927,17 @@ class SemanticTier:
         if now < self._served_at:
             return
         self._served_at = now + _SERVED_FLUSH_S
-        add = getattr(self._store, "add_stats", None)
+        store = self._store
         taken = self.arbiter.take_served()
-        if taken and callable(add):
-            self.engine.l2_call(add, [StatsChange(i, served=n) for i, n in taken], None)
+        if taken and store is not None and store.shares_records:
+            self.engine.l2_call(store.add_stats, [StatsChange(i, served=n) for i, n in taken], None)
 
     def _apply_stats(self, ids: Sequence[int]) -> bool:
         """New shared records of ``ids`` (announced by another process) into the arbiter."""
-        fetch = getattr(self._store, "fetch_stats", None)
-        if not callable(fetch):
+        store = self._store
+        if store is None or not store.shares_records:
             return True
-        got = self.engine.l2_call(fetch, ids)
+        got = self.engine.l2_call(store.fetch_stats, ids)
         if got is FAILED:
             return False
         records, bad = got
@@ -1072,9 +1067,8 @@ class SemanticTier:
         poll after the polling interval."""
         store = self._store
         assert store is not None
-        follow = getattr(store, "follow", None)
-        if callable(follow):
-            return follow(cursor, FOLLOW_BLOCK_S)
+        if store.follows:
+            return store.follow(cursor, FOLLOW_BLOCK_S)
         self._stop.wait(self._sync_interval_s)
         read = self.engine.l2_call(store.read_after, cursor)
         return None if read is FAILED else read
@@ -1084,15 +1078,14 @@ class SemanticTier:
         announcement): the entries answered from since the last check, and a rotating slice of
         the rest, at most once per :data:`_AUDIT_INTERVAL_S`."""
         store = self._store
-        missing_of = getattr(store, "missing", None)
         now_m = time.monotonic()
-        if not callable(missing_of) or now_m < self._audit_at:
+        if store is None or now_m < self._audit_at:
             return False
         self._audit_at = now_m + _AUDIT_INTERVAL_S
         ids = self._audit_ids()
         if not ids:
             return False
-        gone = self.engine.l2_call(missing_of, ids)
+        gone = self.engine.l2_call(store.missing, ids)
         if gone is FAILED or not gone:
             return False
         now = self.engine.clock()
@@ -1136,5 +1129,4 @@ def semantic_base(key_prefix: str, namespace: str, name: str) -> str:
 
 def _semantic_store(engine: Engine, base: str, log_maxlen: int) -> SemanticStore | None:
     """The shared tier's semantic store, when it offers one."""
-    make = getattr(engine.l2, "semantic_store", None)
-    return make(base, log_maxlen) if callable(make) else None
+    return None if engine.l2 is None else engine.l2.semantic_store(base, log_maxlen)

@@ -1,4 +1,5 @@
-"""Storage tiers: bytes key-value stores behind :class:`cachekit.protocols.StorageTier`.
+"""Storage tiers: bytes key-value stores, each a :class:`~cachekit.storage.base.SharedTier`
+(five required operations, optional abilities with defaults; see :mod:`cachekit.storage.base`).
 
 Kept import-light: optional backends (redis) are imported only when their class is first
 accessed, so ``import cachekit.storage`` works without the ``redis`` extra installed.
@@ -10,12 +11,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cachekit.storage.base import PlainTier, SharedTier, as_shared_tier
     from cachekit.storage.memory import MemoryTier
     from cachekit.storage.redis import RedisTier, hash_tag
 
-__all__ = ["MemoryTier", "RedisTier", "hash_tag"]
+__all__ = ["MemoryTier", "PlainTier", "RedisTier", "SharedTier", "as_shared_tier", "hash_tag"]
 
 _LAZY = {
+    "PlainTier": "cachekit.storage.base",
+    "SharedTier": "cachekit.storage.base",
+    "as_shared_tier": "cachekit.storage.base",
     "MemoryTier": "cachekit.storage.memory",
     "RedisTier": "cachekit.storage.redis",
     "hash_tag": "cachekit.storage.redis",

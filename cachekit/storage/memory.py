@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from cachetools import LRUCache
 
 from cachekit.protocols import Entry
+from cachekit.storage.base import SharedTier
 
 V = TypeVar("V")
 
@@ -228,9 +229,9 @@ class MemoryStore(Generic[V]):
         return int(self._data.currsize)
 
 
-class MemoryTier:
-    """The bytes :class:`~cachekit.protocols.StorageTier` over :class:`MemoryStore`, sync and
-    async."""
+class MemoryTier(SharedTier):
+    """A :class:`~cachekit.storage.base.SharedTier` over :class:`MemoryStore` (one process:
+    tests, and a stand-in for Redis), sync and async; the optional abilities are the defaults."""
 
     def __init__(
         self,

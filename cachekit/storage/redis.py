@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import redis
@@ -30,6 +30,10 @@ from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
 from cachekit.protocols import Entry
+from cachekit.storage.base import SharedTier
+
+if TYPE_CHECKING:
+    from cachekit.semantic.persistence import RedisSemanticStore
 
 __all__ = ["RedisTier", "hash_tag"]
 
@@ -106,9 +110,10 @@ def _px(ttl: float) -> int:
     return max(1, math.ceil(ttl * 1000.0))
 
 
-class RedisTier:
-    """A :class:`~cachekit.protocols.StorageTier` and
-    :class:`~cachekit.protocols.AsyncStorageTier` over Redis.
+class RedisTier(SharedTier):
+    """A :class:`~cachekit.storage.base.SharedTier` over Redis, sync and asyncio, with every
+    optional ability: counters re-seeded atomically (Lua), invalidations published and followed
+    (pub/sub), and a semantic store (:class:`~cachekit.semantic.persistence.RedisSemanticStore`).
 
     ``url`` schemes: ``redis://``, ``rediss://`` (TLS), ``unix://``, and ``redis+cluster://`` /
     ``rediss+cluster://`` for Redis Cluster (or ``cluster=True`` with a plain TCP URL). Username
@@ -236,7 +241,7 @@ class RedisTier:
         target = _redact(self._url) if self._url else "<shared client>"
         return f"RedisTier(name={self.name!r}, url={target!r}, cluster={self._is_cluster})"
 
-    def semantic_store(self, base: str, log_maxlen: int = 100_000) -> Any:
+    def semantic_store(self, base: str, log_maxlen: int = 100_000) -> RedisSemanticStore:
         """A :class:`~cachekit.semantic.persistence.SemanticStore` on this tier's client, with
         its keys under ``base``: how a semantic tier shares its entries through Redis."""
         from cachekit.semantic.persistence import RedisSemanticStore
@@ -395,27 +400,27 @@ class RedisTier:
     def incr(self, key: str) -> int:
         return int(self.client.incr(key))
 
-    def incr_from(self, item: tuple[int | str, ...]) -> int:
+    def incr_from(self, key: str, floor: int, epoch: int = 0, exhausted: int = 2**52) -> int:
         """Atomically raise the counter ``key`` to at least ``floor``, then add one, and return
-        the new value (``item = (key, floor)`` or ``(key, floor, epoch, exhausted)``). A counter
-        lost to eviction thus restarts above what the caller has seen. A malformed value
-        (anything but the digits of an integer below 2**53) restarts at
-        ``max(floor + 1, epoch)``, and a new value at or above ``exhausted`` (default 2**52) is
-        replaced by ``epoch``: the counter only ever holds such digits."""
-        key, *args = item
-        return int(self.client.eval(_INCR_FROM, 1, key, *(int(a) for a in args)))
+        the new value. A counter lost to eviction thus restarts above what the caller has seen.
+        A malformed value (anything but the digits of an integer below 2**53) restarts at
+        ``max(floor + 1, epoch)``, and a new value at or above ``exhausted`` is replaced by
+        ``epoch``: the counter only ever holds such digits."""
+        args = (int(floor), int(epoch), int(exhausted))
+        return int(self.client.eval(_INCR_FROM, 1, key, *args))
 
-    def raise_counter(self, item: tuple[str, int]) -> int:
-        """Atomically raise the counter ``key`` to at least ``floor`` (``item = (key, floor)``)
-        and return its value: re-seeds a lost or malformed counter (see :meth:`incr_from`)
-        without undoing a concurrent increment."""
-        key, floor = item
+    def raise_counter(self, key: str, floor: int) -> int:
+        """Atomically raise the counter ``key`` to at least ``floor`` and return its value:
+        re-seeds a lost or malformed counter (see :meth:`incr_from`) without undoing a
+        concurrent increment."""
         return int(self.client.eval(_RAISE, 1, key, int(floor)))
 
-    def publish_invalidation(self, item: tuple[str, bytes]) -> None:
-        """Publish ``payload`` on ``channel`` (``item = (channel, payload)``): the keys one
-        process deleted, for every follower to drop from its in-process tier."""
-        channel, payload = item
+    #: Deletes are published on a channel every process follows (:meth:`follow_invalidations`).
+    publishes_invalidations = True
+
+    def publish_invalidation(self, channel: str, payload: bytes) -> None:
+        """Publish ``payload`` on ``channel``: the keys one process deleted, for every follower
+        to drop from its in-process tier."""
         self.client.publish(channel, payload)
 
     def follow_invalidations(
@@ -485,18 +490,15 @@ class RedisTier:
         c = await self.aclient()
         return int(await c.incr(key))
 
-    async def aincr_from(self, item: tuple[int | str, ...]) -> int:
-        key, *args = item
+    async def aincr_from(self, key: str, floor: int, epoch: int = 0, exhausted: int = 2**52) -> int:
         c = await self.aclient()
-        return int(await c.eval(_INCR_FROM, 1, key, *(int(a) for a in args)))
+        return int(await c.eval(_INCR_FROM, 1, key, int(floor), int(epoch), int(exhausted)))
 
-    async def araise_counter(self, item: tuple[str, int]) -> int:
-        key, floor = item
+    async def araise_counter(self, key: str, floor: int) -> int:
         c = await self.aclient()
         return int(await c.eval(_RAISE, 1, key, int(floor)))
 
-    async def apublish_invalidation(self, item: tuple[str, bytes]) -> None:
-        channel, payload = item
+    async def apublish_invalidation(self, channel: str, payload: bytes) -> None:
         c = await self.aclient()
         await c.publish(channel, payload)
 
