@@ -1,10 +1,10 @@
 """The package's layering, as a test: imports go down the layers, never up, and no module uses
 another module's private names.
 
-Layers, lowest first (see DESIGN.md): types < mechanisms < engine < entry points < front <
-applications. The applications (the OpenAI request rules, the proxy, replay, the client adapters,
-the command line and the demo) are built on what users import, the ``Cache`` front, exactly as a
-user's own code would be.
+Layers, lowest first (see docs/architecture.md): types < mechanisms < engine < entry points <
+front < applications. The applications (the OpenAI request rules, the proxy, replay, the client
+adapters, the command line and the demo) are built on what users import, the ``Cache`` front,
+exactly as a user's own code would be.
 An import counts wherever it is written (a function-level import included); imports under
 ``if TYPE_CHECKING:`` do not, since they never run. A module may import from its own layer as
 long as no import circle results (import circles are checked separately).

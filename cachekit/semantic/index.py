@@ -53,12 +53,13 @@ Device = Literal["auto", "cpu", "cuda"]
 
 log = logging.getLogger("cachekit.semantic")
 
-# Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/index.py --crossover;
-# figures in the project notes): batch-1 flat search is 0.1-0.3 ms up to 6k vectors, then falls
-# off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms at 10k, 2-3 ms at 20k) while
-# HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k exact search costs well under a
-# millisecond (noise next to a ~7 ms embedding), gives perfect recall and deletes for real, so the
-# index stays exact up to 8k; the one-off migration build (~1.5 s) runs in the background.
+# Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/index.py
+# --crossover; docs/benchmarks.md, "Embedder and index alone"): batch-1 flat search is 0.1-0.3
+# ms up to 6k vectors, then falls off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms
+# at 10k, 2-3 ms at 20k) while HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k
+# exact search costs well under a millisecond (noise next to a ~7 ms embedding), gives perfect
+# recall and deletes for real, so the index stays exact up to 8k; the one-off migration build
+# (~1.5 s) runs in the background.
 DEFAULT_EXACT_MAX = 8_000
 # efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms.
 # efConstruction=80 gave recall@1 0.999 at 100k (200 gave 1.000, 40 gave 0.995) and builds ~2x
