@@ -144,7 +144,8 @@ class Cache:
 
     # ------------------------------------------------------------------ key-value
 
-    def _kv_key(self, key: str) -> CacheKey:
+    def kv_key(self, key: str) -> CacheKey:
+        """The :class:`~cachekit.types.CacheKey` of ``key`` for :meth:`get`/:meth:`set`."""
         if not isinstance(key, str):
             raise TypeError(f"cache keys are str, got {type(key).__qualname__}")
         return self.engine.make_key("kv", "_", key, ("kv", key))
@@ -160,26 +161,26 @@ class Cache:
 
     def get(self, key: str, default: Any = None) -> Any:
         """The fresh value stored under ``key`` with :meth:`set`, else ``default``."""
-        return self._served(self.engine.lookup_one(self._kv_key(key), count=False), default)
+        return self._served(self.engine.lookup_one(self.kv_key(key), count=False), default)
 
     def set(self, key: str, value: Any, ttl: float | None = None) -> bool:
         """Store ``value`` under ``key``; returns whether it could be serialized and stored."""
-        items = [(self._kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
+        items = [(self.kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
         return self.engine.store_many(items)[0]
 
     def delete(self, key: str) -> None:
-        self.engine.delete_many([self._kv_key(key)])
+        self.engine.delete_many([self.kv_key(key)])
 
     async def aget(self, key: str, default: Any = None) -> Any:
-        found = await self.engine.alookup_one(self._kv_key(key), count=False)
+        found = await self.engine.alookup_one(self.kv_key(key), count=False)
         return self._served(found, default)
 
     async def aset(self, key: str, value: Any, ttl: float | None = None) -> bool:
-        items = [(self._kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
+        items = [(self.kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
         return (await self.engine.astore_many(items))[0]
 
     async def adelete(self, key: str) -> None:
-        await self.engine.adelete_many([self._kv_key(key)])
+        await self.engine.adelete_many([self.kv_key(key)])
 
     # ------------------------------------------------------------------ namespace and state
 

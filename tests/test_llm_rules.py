@@ -424,3 +424,38 @@ def test_config_from_toml(tmp_path: Any) -> None:
     f.write_text("tresholdd = 0.9\n")
     with pytest.raises(ValueError, match="tresholdd"):
         LLMCacheConfig.from_toml(f)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_one_redis_entry_and_one_read_per_answer(redis_server: Any, mode: str) -> None:
+    import redis as redis_py
+
+    llm = build_cache(
+        LLMCacheConfig(ttl=100.0, threshold=0.8, redis_url=redis_server.url, namespace=mode),
+        embedder=DeterministicTestEmbedder(dim=128),
+    )
+    admin = redis_py.Redis.from_url(redis_server.url)
+
+    def reads() -> int:
+        stats = admin.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("get", "mget"))
+
+    def exact_keys() -> list[bytes]:
+        keys = admin.scan_iter(match=f"*{mode}*", count=1000)
+        skip = (b"__version__", b":gen")  # the namespace version, the semantic store's token
+        return [k for k in keys if admin.type(k) == b"string" and not any(s in k for s in skip)]
+
+    q = chat("How do I reset my account password quickly?")
+    try:
+        assert (await _lookup(llm, mode, q, "t1")).status is Status.MISS
+        assert await _store(llm, mode, q, completion(), "t1")
+        assert len(exact_keys()) == 1  # the answer's one exact entry
+        llm.cache.clear_local()  # the next lookup reads Redis
+        before = reads()
+        assert (await _lookup(llm, mode, q, "t1")).status is Status.HIT
+        assert reads() - before == 1  # one read for one request
+        stats = llm.cache.stats()
+        assert (stats.hits, stats.misses) == (1, 1)  # each request counted once
+    finally:
+        llm.close()
+        admin.close()

@@ -185,11 +185,7 @@ def _malformed(value: Any, endpoint: str | None) -> str | None:
 
 
 def _semantic_only(text: str, *, scope: str) -> Any:
-    raise RuntimeError("the LLM semantic function is used through lookup/put only")
-
-
-async def _asemantic_only(text: str, *, scope: str) -> Any:
-    raise RuntimeError("the LLM semantic function is used through lookup/put only")
+    raise RuntimeError("the LLM semantic function is used through search/index only")
 
 
 def _scope_of(text: str, *, scope: str) -> str:
@@ -204,9 +200,12 @@ class LLMCache:
     from :func:`~cachekit.llm.rules.prepare`. Failures of the cache cost a miss (or a lost store),
     never an exception; a bad request body raises :class:`~cachekit.llm.rules.RequestError`.
 
-    The semantic function is built on first use, one for sync and one for async callers (within
-    one process they share exact entries; their indexes are shared through Redis). ``embedder``:
-    any embedder accepted by ``@cache.semantic`` (replay passes precomputed vectors this way).
+    One entry per answer: the exact entry (``cache.set`` under the request's exact key) holds
+    the answer; the semantic function (built on first use, one for both forms) keeps only the
+    semantic side (``search``/``index``: no exact entry of its own). A lookup reads the exact
+    entry once, then searches; each request is counted once in the cache's stats (a hit, a
+    semantic hit or a miss). ``embedder``: any embedder accepted by ``@cache.semantic`` (replay
+    passes precomputed vectors this way).
     """
 
     def __init__(
@@ -234,18 +233,18 @@ class LLMCache:
         self._capacity = capacity
         self._semantic_max_bytes = semantic_max_bytes
         self._name = name
-        self._sync_fn: Any = None
-        self._async_fn: Any = None
+        self._fn: Any = None
         self._op_tables = (self._ops(False), self._ops(True))  # the drivers' operations
 
     # ------------------------------------------------------------------ semantic functions
 
     def semantic_function(self, asynchronous: bool = False) -> Any:
-        """The ``@cache.semantic`` function (``lookup``/``put``/``tier``) used for one form."""
-        fn = self._async_fn if asynchronous else self._sync_fn
+        """The ``@cache.semantic`` function (``search``/``index`` and their asyncio forms,
+        ``tier``), one for both forms (``asynchronous`` is accepted and ignored)."""
+        fn = self._fn
         if fn is None:
-            fn = self.cache.semantic(
-                _asemantic_only if asynchronous else _semantic_only,
+            fn = self._fn = self.cache.semantic(
+                _semantic_only,
                 threshold=self.threshold,
                 policy=self.policy,
                 ttl=self.ttl,
@@ -255,10 +254,6 @@ class LLMCache:
                 capacity=self._capacity,
                 max_bytes=self._semantic_max_bytes,
             )
-            if asynchronous:
-                self._async_fn = fn
-            else:
-                self._sync_fn = fn
         return fn
 
     def start(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
@@ -273,7 +268,7 @@ class LLMCache:
         semantic lookup that needs it, which would then take seconds). True when ready."""
         if not self.semantic_enabled:
             return True
-        if self._embedder is None and self._sync_fn is None and self._async_fn is None:
+        if self._embedder is None and self._fn is None:
             from cachekit.semantic.embedder import SentenceTransformerEmbedder
 
             self._embedder = SentenceTransformerEmbedder()
@@ -367,37 +362,64 @@ class LLMCache:
     def _lookup_core(
         self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
     ) -> Core[CacheLookup]:
+        result = yield from self._find_core(req, max_age, min_similarity, semantic)
+        self._count(result.status)
+        return result
+
+    def _find_core(
+        self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
+    ) -> Core[CacheLookup]:
         found = self._unwrap((yield ("get", (req.key,))), max_age, req.endpoint, req.key)
         if not isinstance(found, str):
             return CacheLookup(Status.HIT, found[0], None, found[1])
         if not self._use_semantic(req, semantic):
             return _MISS
-        r = yield ("semantic_lookup", (req.text, req.scope))
+        r = yield ("search", (req.text, req.scope))
         return self._semantic_result(r, max_age, min_similarity, req.endpoint)
+
+    def _count(self, status: Status) -> None:
+        """One request, counted once in the cache's stats."""
+        engine = self.cache.engine
+        if status is Status.HIT or status is Status.SEMANTIC_HIT:
+            engine.record_found(status)
+        else:
+            engine.record_misses(1)
 
     def _store_core(
         self, req: LLMRequest, response: Mapping[str, Any], ttl: float | None, semantic: bool
     ) -> Core[bool]:
         value = self._wrap(response, self.entry_ttl(ttl))
         ok = yield ("set", (req.key, value, self.entry_ttl(ttl)))
-        if self._use_semantic(req, semantic):
-            yield ("semantic_put", (value, req.text, req.scope))
+        if ok and self._use_semantic(req, semantic):
+            yield ("index", (value, req.text, req.scope))
         return bool(ok)
 
     def _ops(self, asynchronous: bool) -> dict[str, Callable[..., Any]]:
         cache = self.cache
+        if asynchronous:
+            return {
+                "get": self._aget,
+                "set": lambda k, v, ttl: cache.aset(k, v, ttl=ttl),
+                "search": lambda text, scope: self.semantic_function().asearch(text, scope=scope),
+                "index": lambda v, text, scope: self.semantic_function().aindex(
+                    v, text, scope=scope
+                ),
+            }
         return {
-            "get": cache.aget if asynchronous else cache.get,
-            "set": (lambda k, v, ttl: cache.aset(k, v, ttl=ttl))
-            if asynchronous
-            else (lambda k, v, ttl: cache.set(k, v, ttl=ttl)),
-            "semantic_lookup": lambda text, scope: self.semantic_function(asynchronous).lookup(
-                text, scope=scope
-            ),
-            "semantic_put": lambda value, text, scope: self.semantic_function(asynchronous).put(
-                value, text, scope=scope
-            ),
+            "get": self._get,
+            "set": lambda k, v, ttl: cache.set(k, v, ttl=ttl),
+            "search": lambda text, scope: self.semantic_function().search(text, scope=scope),
+            "index": lambda v, text, scope: self.semantic_function().index(v, text, scope=scope),
         }
+
+    def _get(self, key: str) -> Any:
+        """The exact entry's value, or None; not counted (the request is, once, at its end)."""
+        found = self.cache.engine.lookup_one(self.cache.kv_key(key), count=False)
+        return found.env.value if found.status is Status.HIT and found.env else None
+
+    async def _aget(self, key: str) -> Any:
+        found = await self.cache.engine.alookup_one(self.cache.kv_key(key), count=False)
+        return found.env.value if found.status is Status.HIT and found.env else None
 
     # ------------------------------------------------------------------ sync
 
@@ -499,7 +521,7 @@ class LLMCache:
         have a semantic hit. Keep it instead of the request (the proxy keeps it per response
         id)."""
         req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
-        fn = self._async_fn or self._sync_fn
+        fn = self._fn
         if fn is None or not self._use_semantic(req, True):
             return None
         return str(fn.cache_key(req.text, scope=req.scope))

@@ -43,7 +43,10 @@ _VAR_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 class SemanticFunction(Protocol):
     """What ``@cache.semantic`` returns: the function, same signature, plus these helpers.
     For ``async def`` functions ``lookup``, ``put``, ``put_many`` and ``invalidate`` are
-    coroutines."""
+    coroutines. ``search``/``index`` (and their asyncio forms ``asearch``/``aindex``, on every
+    function) are the semantic side alone: a search with no exact read, counted as a call in the
+    tier, and semantic entries with no exact entry, for callers that keep exact entries of
+    their own."""
 
     __wrapped__: Callable[..., Any]
     cache: Cache
@@ -55,6 +58,10 @@ class SemanticFunction(Protocol):
     def put(self, value: Any, *args: Any, **kwargs: Any) -> Any: ...
     def put_many(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> Any: ...
     def invalidate(self, *args: Any, **kwargs: Any) -> Any: ...
+    def search(self, *args: Any, **kwargs: Any) -> LookupResult: ...
+    async def asearch(self, *args: Any, **kwargs: Any) -> LookupResult: ...
+    def index(self, value: Any, *args: Any, **kwargs: Any) -> bool: ...
+    async def aindex(self, value: Any, *args: Any, **kwargs: Any) -> bool: ...
     def cache_key(self, *args: Any, **kwargs: Any) -> str: ...
     def scope_key(self, *args: Any, **kwargs: Any) -> str: ...
     def flush(self, timeout: float | None = None) -> bool: ...
@@ -321,7 +328,9 @@ class _SemanticCalls:
         self._missed(probe)
         return LookupResult(Status.MISS, key=k.remote)
 
-    def _semantic(self, k: CacheKey, m: Match, probe: bool, t: str) -> LookupResult:
+    def _semantic(
+        self, k: CacheKey, m: Match, probe: bool, t: str, count: bool = True
+    ) -> LookupResult:
         tier = self.tier
         entry = m.entry
         if entry is not None and m.similarity is not None:
@@ -337,8 +346,9 @@ class _SemanticCalls:
                 else:
                     tier.semantic_hits += 1
                     tier.record_hit(m.similarity)
-                    self.engine.record_found(Status.SEMANTIC_HIT)
-                    self.engine.telemetry.time_saved += self.timing.mean
+                    if count:
+                        self.engine.record_found(Status.SEMANTIC_HIT)
+                        self.engine.telemetry.time_saved += self.timing.mean
                 return LookupResult(
                     Status.SEMANTIC_HIT,
                     env.value,
@@ -409,6 +419,28 @@ class _SemanticCalls:
         except Exception as exc:
             return self._search_failed(k, exc, probe), k, scope_key, t
         return self._semantic(k, m, probe, t), k, scope_key, t
+
+    def search_core(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Core[LookupResult]:
+        """The semantic search alone (no exact read: the caller keeps its own exact entries),
+        counted as a call in this function's tier; the engine's counters are the caller's."""
+        k, scope_key, t = self.key_of(args, kwargs)
+        self.tier.lookups += 1
+        if not t:
+            return self._no_text(k, False)
+        try:
+            m = yield ("search", (scope_key, t))
+        except Exception as exc:
+            return self._search_failed(k, exc, False)
+        return self._semantic(k, m, False, t, count=False)
+
+    def index_core(self, items: Sequence[_Item]) -> Core[int]:
+        """Semantic entries alone for ``items`` (no exact entry). Returns how many."""
+        for _, scope_key, t, value in items:
+            yield ("checked", (scope_key, t, value))
+        sem = [(s, t, v) for _, s, t, v in items if t and (v is not None or self.cache_none)]
+        if sem:
+            yield ("add_semantic", (sem, self.engine.resolve_ttl(self.ttl)))
+        return len(sem)
 
     def store_core(self, items: Sequence[_Item]) -> Core[int]:
         """Exact entries (``store``), then semantic entries for the ones stored
@@ -576,6 +608,29 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
 
     w: Any = wrapper
     w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
+    return _with_semantic_only(w, calls)
+
+
+def _with_semantic_only(w: Any, calls: _SemanticCalls) -> Any:
+    """``search``/``asearch`` and ``index``/``aindex`` on ``w``, in both forms whatever the
+    function's kind (they never call it): the semantic side alone, for callers that keep their
+    own exact entries (:class:`~cachekit.llm.LLMCache`)."""
+
+    def search(*args: Any, **kwargs: Any) -> LookupResult:
+        return calls.run(calls.search_core(args, kwargs))
+
+    async def asearch(*args: Any, **kwargs: Any) -> LookupResult:
+        return await calls.arun(calls.search_core(args, kwargs))
+
+    def index(value: Any, *args: Any, **kwargs: Any) -> bool:
+        k, scope_key, t = calls.key_of(args, kwargs)
+        return calls.run(calls.index_core([(k, scope_key, t, value)])) > 0
+
+    async def aindex(value: Any, *args: Any, **kwargs: Any) -> bool:
+        k, scope_key, t = calls.key_of(args, kwargs)
+        return await calls.arun(calls.index_core([(k, scope_key, t, value)])) > 0
+
+    w.search, w.asearch, w.index, w.aindex = search, asearch, index, aindex
     return w
 
 
@@ -599,4 +654,4 @@ def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
 
     w: Any = wrapper
     w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
-    return w
+    return _with_semantic_only(w, calls)
