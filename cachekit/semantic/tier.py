@@ -18,56 +18,40 @@ same id without asking anyone: storing the same text again replaces the entry, r
 stream message twice is harmless, and invalidation needs no lookup.
 
 When the shared tier offers a :class:`~cachekit.semantic.persistence.SemanticStore` (Redis does),
-every entry is also written there and every addition or removal announced on its log. One daemon
-thread per tier, started when the tier is created, builds the local index from the store's
-snapshot and then follows the log with a blocking read on a connection of its own (``follow``,
-when the store offers it; otherwise it polls ``read_after``). It rebuilds from a new snapshot
-when the log says messages were lost (trimmed before they were read), when the store lost its
-data (a new generation), and when an entry it holds is found missing from the store (evicted or
-deleted behind its back: the entries this process answered from are checked in the background,
-and a rotating slice of the rest). Lookups made before the first build wait for it, up to
-``initial_sync_wait_s`` after the tier was created.
+the tier's :class:`~cachekit.semantic.replication.Replication` writes every entry there and
+follows what other processes write (see that module). Saving to and loading from a directory
+(no Redis) is :mod:`cachekit.semantic.snapshots`.
 
-Whatever is read from the store is input, not truth: an entry is indexed only when its vector
-has the tier's dimension, is finite and of unit norm (within :data:`UNIT_NORM_TOLERANCE`), was
-made by this tier's embedder, and its id is the id of its own scope and text. Others are skipped
-and counted (``invalid_entries``); they are data errors, not Redis failures, so only the store's
-own round trips run through the engine's guarded call (and its circuit breaker).
-
-Each entry's record (:class:`~cachekit.semantic.policy.EntryStats`, kept by the tier's
-:class:`~cachekit.semantic.arbiter.HitArbiter`) is shared too, when the store can
-(``add_stats``/``fetch_stats``): a verdict is written beside the entry and announced in the
-thread that reached it, served counts are added by the sync thread at most once a second, and
-records come in with the entries at a build and with ``stats`` messages on the log. Lookups read
-only the local record. A malformed record is skipped and counted (``invalid_stats``).
-
-This module holds the policy (what to share, when to rebuild, what to apply); the store only
-moves records.
+This module holds the local store and the decision; replication holds the sharing policy, and
+the store only moves records.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import numpy as np
 
-from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
+from cachekit.semantic.arbiter import HitArbiter
 from cachekit.semantic.batcher import MicroBatcher, on_event_loop
 from cachekit.semantic.entries import EntryTable, SemanticEntry, entry_bytes, entry_id
-from cachekit.semantic.persistence import PIPELINE_CHUNK, LogMessage, StatsChange, StoredEntry
 from cachekit.semantic.policy import HitPolicy
+from cachekit.semantic.replication import (
+    FOLLOW_BLOCK_S,
+    INITIAL_SYNC_WAIT_S,
+    UNIT_NORM_TOLERANCE,
+    Replication,
+)
+from cachekit.semantic.snapshots import read_snapshot, write_snapshot
 from cachekit.serialization import (
     Envelope,
     SerializationError,
@@ -75,7 +59,6 @@ from cachekit.serialization import (
     encode_envelope,
 )
 from cachekit.telemetry import LatencyHistogram
-from cachekit.types import FAILED
 
 if TYPE_CHECKING:
     from cachekit.engine import Engine
@@ -97,7 +80,17 @@ __all__ = [
 
 log = logging.getLogger("cachekit.semantic")
 
-_SAVE_FORMAT = 1
+#: What stats() reports of replication for a tier that shares nothing.
+_NO_REPLICATION = {
+    "redis_sync_lag_p50_ms": None,
+    "redis_sync_lag_p99_ms": None,
+    "resyncs": 0,
+    "invalid_entries": 0,
+    "invalid_stats": 0,
+    "log_lost": 0,
+    "missing_from_store": 0,
+}
+
 #: Hit similarities kept for the stats' median (a sliding window).
 _SIMILARITY_SAMPLES = 10_000
 #: Default bound on the bytes a tier's entries hold (texts, values, vectors; see
@@ -106,25 +99,6 @@ MAX_BYTES = 256 * 2**20
 #: An entry larger than ``max_bytes // MAX_ENTRY_SHARE`` is not held: storing it would evict at
 #: least that share of the index.
 MAX_ENTRY_SHARE = 16
-#: Seconds the sync thread waits after a failed step, doubling up to the maximum.
-_SYNC_BACKOFF_S = 0.05
-_SYNC_BACKOFF_MAX_S = 5.0
-#: Longest one blocking read of the log waits for a message; also how often the sync thread
-#: wakes for its background checks when nothing is written.
-FOLLOW_BLOCK_S = 1.0
-#: Seconds after a tier's creation during which lookups wait for the first build from Redis.
-INITIAL_SYNC_WAIT_S = 2.0
-#: How far a stored vector's norm may be from 1 (float32 rounding of a normalised row is ~1e-7).
-UNIT_NORM_TOLERANCE = 1e-3
-#: Seconds between two presence checks of held entries in the store, and how many per check.
-_AUDIT_INTERVAL_S = 1.0
-_AUDIT_BATCH = 256
-#: Most answered-from ids remembered for the next presence check.
-_HIT_CHECKS_MAX = 1024
-#: An entry this close to its expiry may already be gone from the store: not a sign of eviction.
-_EXPIRY_SLACK_S = 1.0
-#: Seconds between two batches of served counts added to the shared records.
-_SERVED_FLUSH_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,36 +189,21 @@ class SemanticTier:
         #: Seconds of the first embedding call, which loads the model; None until it ran.
         self.model_load_s: float | None = None
         self.search_time = LatencyHistogram()
-        self.sync_lag = LatencyHistogram()
         self._similarities: deque[float] = deque(maxlen=_SIMILARITY_SAMPLES)
         self._min_similarity: float | None = None
 
         # Sharing through the shared tier, when it offers a semantic store (Redis does).
-        self._store = _semantic_store(
+        store = _semantic_store(
             engine, semantic_base(engine.key_prefix, engine.namespace, name), stream_maxlen
         )
-        self._gen: bytes | None = None
-        self._origin = uuid.uuid4().hex.encode()
-        self._sync_interval_s = sync_interval_s
-        self._sync_thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._start_lock = threading.Lock()
-        self.resyncs = 0
-        self.invalid_entries = 0
-        self.lost_log = 0
-        self.missing_found = 0
-        self._initial_wait_until = time.monotonic() + max(0.0, initial_sync_wait_s)
-        self._hit_checks: set[int] = set()
-        self._audit_at = 0.0
-        self._audit_pos = 0
-        self._served_at = 0.0
-        self.invalid_stats = 0
-        if self._store is None:
-            self._ready.set()
-        elif self._store.shares_records:
-            self.arbiter.on_verdict = self._share_verdict
-            self.arbiter.on_label = self._share_label
+        self.replication: Replication | None = None
+        if store is not None:
+            self.replication = Replication(
+                self,
+                store,
+                sync_interval_s=sync_interval_s,
+                initial_sync_wait_s=initial_sync_wait_s,
+            )
 
     # ------------------------------------------------------------------ embedder and indexes
 
@@ -261,7 +220,7 @@ class SemanticTier:
     @property
     def shared(self) -> bool:
         """Whether entries are shared through the shared tier (Redis)."""
-        return self._store is not None
+        return self.replication is not None
 
     def _new_index(self, dim: int) -> VectorIndex:
         if self._index_factory is not None:
@@ -298,8 +257,8 @@ class SemanticTier:
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
-        if not self._ready.is_set():
-            self._await_first_build()
+        if self.replication is not None and not self.replication.ready.is_set():
+            self.replication.await_first_build()
         now = self.engine.clock()
         self.purge_expired(now)
         if not requests:
@@ -344,14 +303,6 @@ class SemanticTier:
         for row, i in enumerate(idxs):
             out[i] = self._decide(requests[i][1], scope, scores[row], ids[row], now, version)
 
-    def _await_first_build(self) -> None:
-        """A new replica answers from the shared entries from its first lookup: wait for the
-        first build, but never past the bound set at creation (Redis may be down)."""
-        self.start()
-        left = self._initial_wait_until - time.monotonic()
-        if left > 0:
-            self._ready.wait(left)
-
     def index(self, scope_key: str) -> VectorIndex | None:
         """The vector index of one scope (None while the scope holds nothing)."""
         return self._indexes.get(scope_key)
@@ -381,10 +332,8 @@ class SemanticTier:
         if chosen is None:
             return Match(live[0][0], None, reason, live[0][1].text)
         score, entry = live[chosen]
-        if entry.shared:
-            with self._lock:  # the sync thread swaps the set under the same lock
-                if len(self._hit_checks) < _HIT_CHECKS_MAX:
-                    self._hit_checks.add(entry.id)  # confirmed present in the background
+        if entry.shared and self.replication is not None:
+            self.replication.note_hit(entry.id)  # confirmed present in the background
         return Match(score, entry)
 
     def record_hit(self, similarity: float) -> None:
@@ -495,11 +444,11 @@ class SemanticTier:
         if not entries:
             return 0
         kept = vecs[rows]
-        if self._store is not None:
-            self._share(entries, kept, ttl)
+        if self.replication is not None:
+            self.replication.share(entries, kept, ttl)
         evicted = self._insert(entries, kept)
-        if evicted and self._store is not None:
-            self._unshare([e.id for e in evicted])
+        if evicted and self.replication is not None:
+            self.replication.unshare([e.id for e in evicted])
         self.purge_expired(now)
         return len(entries)
 
@@ -574,8 +523,8 @@ class SemanticTier:
         self.start()
         id_ = entry_id(scope, text)
         existed = self.remove_ids([id_]) > 0
-        if self._store is not None:
-            self._unshare([id_])
+        if self.replication is not None:
+            self.replication.unshare([id_])
         return existed
 
     def purge_expired(self, now: float | None = None) -> int:
@@ -624,68 +573,32 @@ class SemanticTier:
     # ------------------------------------------------------------------ persistence (no Redis)
 
     def save(self, directory: str | Path) -> None:
-        """Write every live entry and each scope's index under ``directory``."""
-        root = Path(directory)
+        """Write every live entry and each scope's index under ``directory``
+        (:mod:`cachekit.semantic.snapshots`)."""
         self.purge_expired()
         with self._lock:
-            root.mkdir(parents=True, exist_ok=True)
-            scopes_dir = root / "scopes"
-            scopes_dir.mkdir(exist_ok=True)
-            names: dict[str, str] = {}
-            for i, (scope, index) in enumerate(self._indexes.items()):
-                names[scope] = f"s{i}"
-                index.save(scopes_dir / names[scope])
-            rows = [
-                [e.id, e.scope, e.text, e.value, e.created_at, e.expires_at, e.version]
-                for e in self._entries.values()
-            ]
-            (root / "entries.msgpack").write_bytes(msgpack.packb(rows, use_bin_type=True))
-            meta = {
-                "format": _SAVE_FORMAT,
-                "name": self.name,
-                "scopes": names,
-                "embedder": self.embedder.name,
-            }
-            (root / "meta.json").write_text(json.dumps(meta, indent=2))
+            write_snapshot(
+                Path(directory),
+                self.name,
+                self.embedder.name,
+                self._indexes,
+                self._entries.values(),
+            )
 
     def load(self, directory: str | Path) -> int:
         """Replace the local entries with those saved by :meth:`save` (expired ones are
-        dropped). Returns how many entries were loaded."""
-        root = Path(directory)
-        meta = json.loads((root / "meta.json").read_text())
-        if meta.get("format") != _SAVE_FORMAT:
-            raise ValueError(f"unsupported semantic tier format {meta.get('format')!r} in {root}")
-        if meta.get("embedder") != self.embedder.name:
-            raise ValueError(
-                f"{root} was written with embedder {meta.get('embedder')!r}, this tier uses "
-                f"{self.embedder.name!r}; its vectors are not comparable"
-            )
-        indexes: dict[str, VectorIndex] = {}
-        for scope, sub in meta["scopes"].items():
-            indexes[scope] = self._load_index(root / "scopes" / sub)
-        rows = msgpack.unpackb((root / "entries.msgpack").read_bytes(), raw=False)
+        dropped, and those over this tier's bounds). Returns how many entries were loaded."""
+        indexes, entries = read_snapshot(Path(directory), self.embedder.name, self._load_index)
         now = self.engine.clock()
-        stamp = time.monotonic()
         with self._lock:
             self.clear()
             self._indexes = indexes
             vector_bytes = {scope: ix.dim * 4 for scope, ix in indexes.items()}  # float32
-            for id_, scope, text, value, created, expires, version in rows:
-                e = SemanticEntry(id_, scope, text, value, created, expires, version, stamp=stamp)
-                self._entries.put(e, vector_bytes.get(scope, 0))
-                if expires is not None:
-                    heapq.heappush(self._expiry, (expires, id_))
-            # Versions are per cache instance; what was saved belongs to this one now.
-            for e in self._entries.values():
-                e.version = self.engine.version
-            for scope, index in list(indexes.items()):
-                from_index = set(_index_ids(index))
-                known = {e.id for e in self._entries.values() if e.scope == scope}
-                orphans = from_index - known
-                if orphans:
-                    index.remove(np.asarray(sorted(orphans), dtype=np.int64))
-                if len(index) == 0:
-                    del self._indexes[scope]
+            for e in entries:
+                e.version = self.engine.version  # what was saved belongs to this cache now
+                self._entries.put(e, vector_bytes.get(e.scope, 0))
+                if e.expires_at is not None:
+                    heapq.heappush(self._expiry, (e.expires_at, e.id))
             self._evict_over_bounds()  # saved by a tier with larger bounds
         self.purge_expired(now)
         return len(self._entries)
@@ -740,17 +653,11 @@ class SemanticTier:
             "evictions": self.evictions,
             "too_large": self.too_large,
             "expirations": self.expirations,
-            "errors": self.errors,
+            "errors": self.errors + (self.replication.errors if self.replication else 0),
             "shared": self.shared,
-            "redis_sync_lag_p50_ms": ms(self.sync_lag, 0.5),
-            "redis_sync_lag_p99_ms": ms(self.sync_lag, 0.99),
-            "resyncs": self.resyncs,
+            **(_NO_REPLICATION if self.replication is None else self.replication.stats()),
             **self.arbiter.summary(),
-            "invalid_entries": self.invalid_entries,
-            "invalid_stats": self.invalid_stats,
-            "log_lost": self.lost_log,
-            "missing_from_store": self.missing_found,
-            "ready": self._ready.is_set(),
+            "ready": self.replication is None or self.replication.ready.is_set(),
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -758,25 +665,20 @@ class SemanticTier:
     @property
     def store(self) -> SemanticStore | None:
         """The shared store this tier follows (None when entries stay in-process)."""
-        return self._store
+        return None if self.replication is None else self.replication.store
 
     def start(self) -> None:
         """Start following Redis (idempotent; a no-op without Redis). The semantic decorator
         calls it when it creates the tier; every use calls it too."""
-        if self._store is None or self._sync_thread is not None or self._stop.is_set():
-            return
-        with self._start_lock:
-            if self._sync_thread is None and not self._stop.is_set():
-                t = threading.Thread(
-                    target=self._sync_loop, name=f"cachekit-sem-sync:{self.name}", daemon=True
-                )
-                self._sync_thread = t
-                t.start()
+        if self.replication is not None:
+            self.replication.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the index has been built from Redis (True at once without Redis)."""
-        self.start()
-        return self._ready.wait(timeout)
+        if self.replication is None:
+            return True
+        self.replication.start()
+        return self.replication.ready.wait(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued lookup has its answer."""
@@ -787,171 +689,14 @@ class SemanticTier:
         without following Redis)."""
         if self.batcher is not None:
             self.batcher.close()
-        self._stop.set()
-        if self._store is not None:
-            try:
-                self._store.close()  # interrupts a blocked read instead of waiting out its block
-            except Exception:
-                log.debug("cachekit: error closing the semantic store", exc_info=True)
-        t = self._sync_thread
-        if t is not None and t is not threading.current_thread():
-            t.join(FOLLOW_BLOCK_S + 1.0)
+        if self.replication is not None:
+            self.replication.close()
 
-    # ------------------------------------------------------------------ sharing
+    # ------------------------------------------------------------------ for replication
 
-    def _share(self, entries: Sequence[SemanticEntry], vecs: np.ndarray, ttl: float | None) -> None:
-        """Write entries to the shared store, one guarded call per chunk: an entry is marked
-        shared only when its chunk was written."""
-        store = self._store
-        assert store is not None
-        emb = self.embedder.name
-        for start in range(0, len(entries), PIPELINE_CHUNK):
-            chunk = entries[start : start + PIPELINE_CHUNK]
-            stored = [
-                StoredEntry(
-                    e.id,
-                    e.scope,
-                    e.text,
-                    e.value,
-                    e.created_at,
-                    e.expires_at,
-                    e.version,
-                    emb,
-                    vecs[start + j],
-                )
-                for j, e in enumerate(chunk)
-            ]
-            if self.engine.l2_call(store.write, stored, ttl, self._origin) is not FAILED:
-                for e in chunk:
-                    e.shared = True
-
-    def _unshare(self, ids: Sequence[int]) -> None:
-        store = self._store
-        assert store is not None
-        for start in range(0, len(ids), PIPELINE_CHUNK):
-            self.engine.l2_call(
-                store.delete, list(ids[start : start + PIPELINE_CHUNK]), self._origin
-            )
-
-    def _fetch(self, ids: Sequence[int]) -> list[tuple[SemanticEntry, np.ndarray]] | None:
-        """The stored entries of ``ids`` that pass validation; None when the store failed."""
-        assert self._store is not None
-        got = self.engine.l2_call(self._store.fetch, ids)
-        if got is FAILED:
-            return None
-        stored, bad = got
-        for id_, reason in bad:
-            self._invalid(id_, f"unreadable: {reason}")
-        now = self.engine.clock()
-        out: list[tuple[SemanticEntry, np.ndarray]] = []
-        for s in stored:
-            vec = self._valid_vector(s)
-            if vec is None or (s.expires_at is not None and s.expires_at <= now):
-                continue
-            self._take_stats(s)
-            out.append(
-                (
-                    SemanticEntry(
-                        s.id,
-                        s.scope,
-                        s.text,
-                        s.value,
-                        s.created_at,
-                        s.expires_at,
-                        s.version,
-                        shared=True,
-                    ),
-                    vec,
-                )
-            )
-        return out
-
-    def _valid_vector(self, s: StoredEntry) -> np.ndarray | None:
-        """The entry's vector when the entry may be indexed; None (counted) otherwise."""
-        emb = self.embedder
-        vec = np.asarray(s.vector, dtype=np.float32)
-        if s.embedder != emb.name:
-            reason = f"embedded by {s.embedder!r}, not {emb.name!r}"
-        elif vec.ndim != 1 or vec.shape[0] != emb.dim:
-            reason = f"dimension {vec.shape} is not ({emb.dim},)"
-        elif not np.isfinite(vec).all():
-            reason = "vector not finite"
-        elif abs(float(np.linalg.norm(vec)) - 1.0) > UNIT_NORM_TOLERANCE:
-            reason = f"vector norm {float(np.linalg.norm(vec)):.6g} is not 1"
-        elif not isinstance(s.scope, str) or entry_id(s.scope, s.text) != s.id:
-            reason = "id does not match its scope and text"
-        elif not isinstance(s.value, bytes):
-            reason = "value is not bytes"
-        else:
-            return vec
-        self._invalid(s.id, reason)
-        return None
-
-    def _take_stats(self, s: StoredEntry) -> None:
-        """The record stored beside a valid entry, into the arbiter (a malformed one is
-        skipped and counted: the entry is still served)."""
-        if s.stats_problem is not None:
-            self._invalid_stats(s.id, s.stats_problem)
-        elif s.stats is not None:
-            self.arbiter.merge_stats(s.id, s.stats)
-
-    def _invalid_stats(self, id_: int, reason: str) -> None:
-        self.invalid_stats += 1
-        log.warning(
-            "cachekit: record of semantic entry %d in the shared store skipped: %s", id_, reason
-        )
-
-    def _share_verdict(self, entry_id: int, correct: bool, similarity: float, user: bool) -> None:
-        """The arbiter's hook: add a verdict to the entry's shared record and announce it.
-        A failure (Redis down) costs the sharing only."""
-        assert self._store is not None
-        change = StatsChange(
-            entry_id,
-            confirmed=int(correct),
-            refuted=int(not correct),
-            reported_wrong=int(user and not correct),
-            refuted_at=None if correct else similarity,
-        )
-        self.engine.l2_call(self._store.add_stats, [change], self._origin)
-
-    def _share_label(self, label: Label) -> None:
-        """The arbiter's label hook: append the verdict to the tier's capped list of labels
-        (every process's, for ``cachekit export-labels``). A failure costs the sharing only."""
-        assert self._store is not None
-        self.engine.l2_call(self._store.push_labels, [json.dumps(label.to_dict())], LABELS_MAX)
-
-    def _share_served(self) -> None:
-        """Served counts since the last batch, added to the shared records unannounced, at most
-        once per :data:`_SERVED_FLUSH_S` (not between two reads of a busy log)."""
-        now = time.monotonic()
-        if now < self._served_at:
-            return
-        self._served_at = now + _SERVED_FLUSH_S
-        store = self._store
-        taken = self.arbiter.take_served()
-        if taken and store is not None and store.shares_records:
-            self.engine.l2_call(store.add_stats, [StatsChange(i, served=n) for i, n in taken], None)
-
-    def _apply_stats(self, ids: Sequence[int]) -> bool:
-        """New shared records of ``ids`` (announced by another process) into the arbiter."""
-        store = self._store
-        if store is None or not store.shares_records:
-            return True
-        got = self.engine.l2_call(store.fetch_stats, ids)
-        if got is FAILED:
-            return False
-        records, bad = got
-        for id_, reason in bad:
-            self._invalid_stats(id_, reason)
-        for id_, st in records.items():
-            self.arbiter.merge_stats(id_, st)
-        return True
-
-    def _invalid(self, id_: int, reason: str) -> None:
-        self.invalid_entries += 1
-        log.warning("cachekit: semantic entry %d from the shared store skipped: %s", id_, reason)
-
-    def _apply_adds(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
+    def add_remote(self, fetched: list[tuple[SemanticEntry, np.ndarray]]) -> None:
+        """Hold entries read from the shared store (validated by the caller); an entry whose
+        scope's index has another dimension is skipped."""
         if not fetched:
             return
         dim = self.embedder.dim  # validated: every vector has it
@@ -966,159 +711,40 @@ class SemanticTier:
         if ok:
             self._insert([entries[j] for j in ok], vecs[ok])
 
-    def _resync(self) -> bytes | None:
-        """Rebuild the local state from the store. Returns the log cursor to follow from, or
-        None when the store failed."""
-        assert self._store is not None
-        scan_started = time.monotonic()
-        snap = self.engine.l2_call(self._store.snapshot)
-        if snap is FAILED:
-            return None
-        fetched = self._fetch(snap.ids)
-        if fetched is None:
-            return None
-        self._gen = snap.generation
-        self._apply_adds(fetched)
-        present = {e.id for e, _ in fetched}
+    def shared_ids(self, start: int, count: int) -> tuple[list[int], int]:
+        """The ids of shared entries among ``count`` held entries from position ``start``
+        (oldest first), and how many entries are held."""
         with self._lock:
-            stale = [
+            n = len(self._entries)
+            window = itertools.islice(self._entries.values(), start, start + count)
+            return [e.id for e in window if e.shared], n
+
+    def stale_shared(self, before: float, present: set[int]) -> list[int]:
+        """Shared entries held since before ``before`` (``time.monotonic()``) whose ids are not
+        in ``present``: gone from the store by the time of a rescan that started then."""
+        with self._lock:
+            return [
                 e.id
                 for e in self._entries.values()
-                if e.shared and e.stamp < scan_started and e.id not in present
+                if e.shared and e.stamp < before and e.id not in present
             ]
-        self.remove_ids(stale)
-        self.resyncs += 1
-        return snap.cursor
 
-    def _apply_log(self, messages: Sequence[LogMessage]) -> bool:
-        """Apply the log's messages; False when an entry could not be fetched."""
-        now = time.time()
-        for m in messages:
-            if m.origin == self._origin:
-                continue
-            if m.op == "add":
-                fetched = self._fetch(m.ids)
-                if fetched is None:
-                    return False
-                self._apply_adds(fetched)
-            elif m.op == "del":
-                self.remove_ids(m.ids)
-                self.arbiter.forget(m.ids)
-            elif m.op == "stats" and not self._apply_stats(m.ids):
-                return False
-            self.sync_lag.record(max(0.0, now - m.at_s))
-        return True
-
-    def _sync_loop(self) -> None:
-        backoff = _SYNC_BACKOFF_S
-        last: bytes | None = None
-        while not self._stop.is_set():
-            try:
-                last = self._sync_step(last)
-            except Exception as exc:  # a bug or a dead reader must not end syncing
-                if self._stop.is_set():
-                    break
-                self.errors += 1
-                log.warning("cachekit: semantic sync of %s failed (%r); rescanning", self.name, exc)
-                last = None
-            if last is None:
-                # Messages may have been missed: the next step rescans, after a backoff.
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _SYNC_BACKOFF_MAX_S)
-                continue
-            backoff = _SYNC_BACKOFF_S
-
-    def _sync_step(self, last: bytes | None) -> bytes | None:
-        """Build (when ``last`` is None) or follow the log once. Returns the cursor to go on
-        from, or None to rebuild after a backoff (a failure)."""
-        if last is None:
-            return self._rebuild()
-        read = self._read_log(last)
-        if read is None:
-            return None
-        if read.generation != self._gen or read.lost:
-            # The store lost this tier's data (restart, flush) or messages were trimmed
-            # before they were read: rebuild at once.
-            self.lost_log += read.lost
-            return self._rebuild()
-        if read.messages and not self._apply_log(read.messages):
-            return None
-        self._share_served()
-        self.purge_expired()
-        if self._check_presence():
-            return self._rebuild()
-        return read.cursor
-
-    def _rebuild(self) -> bytes | None:
-        if self._stop.is_set():
-            return None
-        cursor = self._resync()
-        if cursor is not None and not self._ready.is_set():
-            self._ready.set()
-            if self._index_factory is None:
-                # Importing faiss takes most of a second: here, not when the first entry
-                # shared by another replica arrives.
-                import cachekit.semantic.index  # noqa: F401
-        return cursor
-
-    def _read_log(self, cursor: bytes) -> Any:
-        """One read of the log: blocking on the store's own connection when it can follow
-        (its failures are not the shared tier's, so it bypasses the breaker), else a guarded
-        poll after the polling interval."""
-        store = self._store
-        assert store is not None
-        if store.follows:
-            return store.follow(cursor, FOLLOW_BLOCK_S)
-        self._stop.wait(self._sync_interval_s)
-        read = self.engine.l2_call(store.read_after, cursor)
-        return None if read is FAILED else read
-
-    def _check_presence(self) -> bool:
-        """Whether an entry held here is gone from the store (evicted or deleted without an
-        announcement): the entries answered from since the last check, and a rotating slice of
-        the rest, at most once per :data:`_AUDIT_INTERVAL_S`."""
-        store = self._store
-        now_m = time.monotonic()
-        if store is None or now_m < self._audit_at:
-            return False
-        self._audit_at = now_m + _AUDIT_INTERVAL_S
-        ids = self._audit_ids()
-        if not ids:
-            return False
-        gone = self.engine.l2_call(store.missing, ids)
-        if gone is FAILED or not gone:
-            return False
-        now = self.engine.clock()
+    def still_held(self, ids: Sequence[int], until: float) -> list[int]:
+        """Those of ``ids`` held here as shared entries that live past ``until`` (clock s)."""
         with self._lock:
-            held = [
+            return [
                 i
-                for i in gone
+                for i in ids
                 if (e := self._entries.get(i)) is not None
                 and e.shared
-                and (e.expires_at is None or e.expires_at > now + _EXPIRY_SLACK_S)
+                and (e.expires_at is None or e.expires_at > until)
             ]
-        self.missing_found += len(held)
-        return bool(held)
 
-    def _audit_ids(self) -> list[int]:
-        with self._lock:
-            hits, self._hit_checks = self._hit_checks, set()
-            n = len(self._entries)
-            if n and self._audit_pos >= n:
-                self._audit_pos = 0
-            start = self._audit_pos
-            ring = [
-                e.id
-                for e in itertools.islice(self._entries.values(), start, start + _AUDIT_BATCH)
-                if e.shared
-            ]
-            self._audit_pos = start + _AUDIT_BATCH
-        return list(hits.union(ring))
-
-
-def _index_ids(index: Any) -> list[int]:
-    ids = getattr(index, "ids", None)
-    return [int(i) for i in ids()] if callable(ids) else []
+    def warm_index(self) -> None:
+        """Import faiss now (most of a second) when this tier will need it, rather than when
+        the first entry shared by another replica arrives."""
+        if self._index_factory is None:
+            import cachekit.semantic.index  # noqa: F401
 
 
 def semantic_base(key_prefix: str, namespace: str, name: str) -> str:
