@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,6 +43,7 @@ from cachekit.breaker import CircuitBreaker
 from cachekit.health import Diagnosis, Health, diagnose
 from cachekit.keys import FLOAT_SIGNATURES, SCALAR_SIGNATURES, all_scalar, local_key
 from cachekit.protocols import Clock, Entry, Serializer
+from cachekit.sansio import Core, adrive, drive
 from cachekit.serialization import (
     Packed,
     SerializationError,
@@ -80,12 +81,6 @@ T = TypeVar("T")
 
 #: One L1 write of a batch: (local key, envelope as held, seconds to keep, size in bytes).
 L1Item = tuple[Hashable, Envelope, float | None, int]
-
-#: A shared-tier operation a core needs: (SharedTier method name, its arguments).
-L2Op = tuple[str, tuple[Any, ...]]
-
-#: A rule written once for both forms: yields L2Ops, is sent their guarded results.
-Core = Generator[L2Op, Any, T]
 
 #: The positional fast path of a decorated function, from ``ArgNormalizer.positional_fast_path``:
 #: (fewest positional arguments, most positional arguments, the defaults filling the rest).
@@ -153,6 +148,9 @@ class Engine:
         #: Live counters; entry points record what only they can see (semantic hits, time saved).
         self.telemetry = Telemetry(namespace)
         self.l2: SharedTier | None = None if l2 is None else as_shared_tier(l2)
+        # The drivers' operation tables: each op looked up on the tier when called.
+        self._l2_ops = {name: self._guarded(m) for name, m in _SYNC_OPS.items()}
+        self._al2_ops = {name: self._aguarded(m) for name, m in _ASYNC_OPS.items()}
         self.l1: MemoryStore[Envelope] | None = (
             MemoryStore(l1_max_entries, l1_max_bytes, clock) if l1 else None
         )
@@ -213,28 +211,31 @@ class Engine:
     # ------------------------------------------------------------------ drivers
 
     def _run(self, core: Core[T]) -> T:
-        """Drive ``core`` with the sync shared tier."""
-        try:
-            op = next(core)
-            tier = self.l2
-            assert tier is not None, "a core yields shared-tier operations only when there is one"
-            while True:
-                name, args = op
-                op = core.send(self.l2_call(_SYNC_OPS[name](tier), *args))
-        except StopIteration as done:
-            return done.value
+        """Drive ``core`` (:func:`cachekit.sansio.drive`) with the sync shared tier, each
+        operation guarded by :meth:`l2_call`."""
+        return drive(core, self._l2_ops)
 
     async def _arun(self, core: Core[T]) -> T:
-        """Drive ``core`` with the asyncio shared tier: the ``a``-prefixed mirror of each op."""
-        try:
-            op = next(core)
-            tier = self.l2
-            assert tier is not None, "a core yields shared-tier operations only when there is one"
-            while True:
-                name, args = op
-                op = core.send(await self.al2_call(_ASYNC_OPS[name](tier), *args))
-        except StopIteration as done:
-            return done.value
+        """Drive ``core`` with the asyncio shared tier: the ``a`` form of each operation,
+        guarded by :meth:`al2_call`."""
+        return await adrive(core, self._al2_ops)
+
+    def _guarded(self, method: Callable[[SharedTier], Callable[..., Any]]) -> Callable[..., Any]:
+        """The driver's operation: the tier's method, called through :meth:`l2_call`. Cores
+        yield shared-tier operations only when there is a shared tier."""
+
+        def op(*args: Any) -> Any:
+            return self.l2_call(method(self.l2), *args)  # type: ignore[arg-type]
+
+        return op
+
+    def _aguarded(
+        self, method: Callable[[SharedTier], Callable[..., Awaitable[Any]]]
+    ) -> Callable[..., Awaitable[Any]]:
+        def op(*args: Any) -> Awaitable[Any]:
+            return self.al2_call(method(self.l2), *args)  # type: ignore[arg-type]
+
+        return op
 
     # ------------------------------------------------------------------ keys and ttl
 
@@ -535,39 +536,43 @@ class Engine:
         """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit
         breaker. An error or an open circuit returns :data:`~cachekit.types.FAILED` (a miss for
         the caller), never an exception."""
-        assert self._l2c is not None
         if not self._breaker.allow():
-            self._l2c.skipped += 1
-            return FAILED
+            return self._l2_skipped()
         t0 = time.perf_counter()
         try:
             result = op(*args)
         except Exception as exc:
             self._l2_failed(exc)
             return FAILED
-        self._l2c.latency.record(time.perf_counter() - t0)
-        self._breaker.record_success()
-        if self._l2_down:
-            self._record_up()
+        self._l2_succeeded(t0)
         return result
 
     async def al2_call(self, op: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """The asyncio form of :meth:`l2_call`."""
-        assert self._l2c is not None
+        """The asyncio form of :meth:`l2_call` (the rules are :meth:`_l2_skipped`,
+        :meth:`_l2_failed` and :meth:`_l2_succeeded`; only the call differs)."""
         if not self._breaker.allow():
-            self._l2c.skipped += 1
-            return FAILED
+            return self._l2_skipped()
         t0 = time.perf_counter()
         try:
             result = await op(*args)
         except Exception as exc:
             self._l2_failed(exc)
             return FAILED
+        self._l2_succeeded(t0)
+        return result
+
+    def _l2_skipped(self) -> Any:
+        """A call the open circuit refused: counted, and :data:`~cachekit.types.FAILED`."""
+        assert self._l2c is not None
+        self._l2c.skipped += 1
+        return FAILED
+
+    def _l2_succeeded(self, t0: float) -> None:
+        assert self._l2c is not None
         self._l2c.latency.record(time.perf_counter() - t0)
         self._breaker.record_success()
         if self._l2_down:
             self._record_up()
-        return result
 
     # ------------------------------------------------------------------ lookups
 

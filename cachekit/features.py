@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cachekit.keys import stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.serialization import load_packed
+from cachekit.singleflight import Flight
 from cachekit.telemetry import LatencyHistogram
 from cachekit.types import CacheKey, Status, StoreItem
 
@@ -275,6 +276,33 @@ def _at(todo: _Todo, idx: list[int]) -> _Todo:
         return todo
     lks, ids = todo.locals, todo.ids
     return _Todo([lks[i] for i in idx], [ids[i] for i in idx])
+
+
+def _waits_core(
+    todo: _Todo, waits: Mapping[Hashable, Flight], outcomes: dict[Hashable, Any]
+) -> Core[list[int]]:
+    """Each key of ``todo`` that another load holds: its outcome into ``outcomes``, waiting for
+    its flight (op ``wait``). Returns the positions whose leader was abandoned (cancelled, or
+    interrupted by a BaseException that is not an error), which the caller loads itself; the
+    leader's error, or this caller's own cancellation, propagates."""
+    orphans: list[int] = []
+    for k, lk in enumerate(todo.locals):
+        other = waits.get(lk)
+        if other is None:
+            continue
+        try:
+            got = yield ("wait", (other,))
+        except BaseException:
+            if not other.abandoned():
+                raise
+            orphans.append(k)
+            continue
+        outcomes[lk] = got.get(lk, _ABSENT)
+    return orphans
+
+
+_WAIT: dict[str, Callable[..., Any]] = {"wait": Flight.wait}
+_AWAIT: dict[str, Callable[..., Any]] = {"wait": Flight.await_outcome}
 
 
 def _unclaimed(todo: _Todo, waits: Mapping[Hashable, Any]) -> _Todo:
@@ -794,8 +822,10 @@ class FeatureSet:
         # this request to return.
         self._writer.kick()
         outcomes = dict(zip(own.locals, vals, strict=True))  # (rare: overlapping requests)
-        for lk, other in waits.items():
-            outcomes[lk] = other.wait().get(lk, _ABSENT)
+        orphans = drive(_waits_core(todo, waits, outcomes), _WAIT)
+        if orphans:
+            again = _at(todo, orphans)
+            outcomes.update(zip(again.locals, self._load(again), strict=True))
         return _in_step(todo, outcomes)
 
     async def _aload(self, todo: _Todo) -> list[Any]:
@@ -821,17 +851,7 @@ class FeatureSet:
         if not waits:
             return vals
         outcomes = dict(zip(own.locals, vals, strict=True))
-        orphans: list[int] = []
-        for k, lk in enumerate(todo.locals):
-            other = waits.get(lk)
-            if other is None:
-                continue
-            try:
-                outcomes[lk] = (await other.await_outcome()).get(lk, _ABSENT)
-            except asyncio.CancelledError:
-                if not other.abandoned():
-                    raise
-                orphans.append(k)  # its leader was cancelled, not us: load it
+        orphans = await adrive(_waits_core(todo, waits, outcomes), _AWAIT)
         if orphans:
             again = _at(todo, orphans)
             outcomes.update(zip(again.locals, await self._aload(again), strict=True))

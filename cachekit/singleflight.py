@@ -66,8 +66,12 @@ class Flight:
         return await asyncio.shield(self._future)
 
     def abandoned(self) -> bool:
-        """Whether the leader was cancelled before it settled anything."""
-        return self._future is not None and self._future.cancelled()
+        """Whether the leader gave up rather than failed: an asyncio leader cancelled before it
+        settled anything, or a thread leader stopped by a BaseException that is not an error
+        (KeyboardInterrupt, SystemExit, a cancellation). Its waiters take its keys over."""
+        if self._future is not None:
+            return self._future.cancelled()
+        return self.error is not None and not isinstance(self.error, Exception)
 
 
 class SingleFlight:

@@ -348,6 +348,48 @@ async def test_cancelled_leader_hands_its_ids_over() -> None:
     assert sorted(map(sorted, calls)) == [[1, 2], [2], [3]]
 
 
+class Interrupted(BaseException):
+    """Stops a thread the way KeyboardInterrupt or SystemExit would: not an error."""
+
+
+def test_interrupted_leader_hands_its_ids_over_to_waiting_threads() -> None:
+    # The thread form of test_cancelled_leader_hands_its_ids_over: the waiter loads the ids
+    # itself instead of receiving the leader's interruption.
+    calls: list[list[int]] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def load(ids: list[int]) -> dict[int, int]:
+        calls.append(list(ids))
+        if len(calls) == 1:
+            inside.set()
+            assert release.wait(30)
+            raise Interrupted
+        return {i: i for i in ids}
+
+    users = Cache().features("user", loader=load)
+    leader_saw: list[BaseException] = []
+
+    def lead() -> None:
+        try:
+            users.get_many([1, 2])
+        except Interrupted as exc:
+            leader_saw.append(exc)
+
+    t = threading.Thread(target=lead)
+    t.start()
+    assert inside.wait(10)
+    got: list[dict[int, int]] = []
+    follower = threading.Thread(target=lambda: got.append(users.get_many([2, 3])))
+    follower.start()
+    wait_until(lambda: users.stats()["shared"] == 1)
+    release.set()
+    t.join(10)
+    follower.join(10)
+    assert len(leader_saw) == 1  # the leader itself is interrupted
+    assert got == [{2: 2, 3: 3}]
+    assert sorted(map(sorted, calls)) == [[1, 2], [2], [3]]
+
+
 async def test_sync_loader_runs_off_the_event_loop() -> None:
     loop_thread = threading.get_ident()
     threads: list[int] = []
