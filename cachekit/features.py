@@ -796,6 +796,14 @@ class FeatureSet:
                 yield ("store", (store,))
         return vals
 
+    def _own_core(self, own: _Todo, later: list[_Loaded] | None) -> Core[list[Any]]:
+        """The loads of the ids this caller claimed, chunk by chunk, in step with ``own``."""
+        vals: list[Any] = []
+        for chunk in self._split(own):
+            got = yield from self._chunk_core(chunk, later)
+            vals = got if not vals else vals + got  # one chunk: no copy
+        return vals
+
     def _load(self, todo: _Todo) -> list[Any]:
         """Load ``todo``: the ids no other thread is loading with one loader call, then wait
         for the others' loads. The outcomes, in step with ``todo``."""
@@ -806,9 +814,7 @@ class FeatureSet:
         if mine:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split(own):
-                    got = drive(self._chunk_core(chunk, later), self._ops)
-                    vals = got if not vals else vals + got  # one chunk: no copy
+                vals = drive(self._own_core(own, later), self._ops)
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc)
                 raise
@@ -837,9 +843,7 @@ class FeatureSet:
         if mine:
             later: list[_Loaded] | None = [] if self.write_behind else None
             try:
-                for chunk in self._split(own):
-                    got = await adrive(self._chunk_core(chunk, later), self._aops)
-                    vals = got if not vals else vals + got
+                vals = await adrive(self._own_core(own, later), self._aops)
             except BaseException as exc:
                 self._flights.release(flight, mine, error=exc, loop=loop)
                 raise

@@ -269,12 +269,9 @@ def _check_size(data: bytes, max_bytes: int, what: str) -> None:
         )
 
 
-class MsgpackSerializer:
-    """The default: compact, fast, safe to read from the network. Keeps tuples, sets, bytes and
-    numpy arrays/scalars as themselves. ``max_bytes`` bounds a payload both ways;
-    ``max_containers`` bounds the arrays, maps and extension values one read may build."""
-
-    tag = b"m"
+class _Bounded:
+    """The bounds of a serializer that reads from the network: ``max_bytes`` a payload (both
+    ways), ``max_containers`` the containers one read may build."""
 
     def __init__(
         self, max_bytes: int = DEFAULT_MAX_BYTES, max_containers: int = DEFAULT_MAX_CONTAINERS
@@ -282,6 +279,14 @@ class MsgpackSerializer:
         _check_limits(max_bytes, max_containers)
         self.max_bytes = max_bytes
         self.max_containers = max_containers
+
+
+class MsgpackSerializer(_Bounded):
+    """The default: compact, fast, safe to read from the network. Keeps tuples, sets, bytes and
+    numpy arrays/scalars as themselves. ``max_bytes`` bounds a payload both ways;
+    ``max_containers`` bounds the arrays, maps and extension values one read may build."""
+
+    tag = b"m"
 
     def dumps(self, value: Any) -> bytes:
         data: bytes = _packb(value)
@@ -296,7 +301,7 @@ class MsgpackSerializer:
         return _unpackb(data)
 
 
-class JsonSerializer:
+class JsonSerializer(_Bounded):
     """Plain JSON, for stores that other languages read. Tuples come back as lists.
     ``max_bytes`` bounds a payload both ways; nesting is bounded by the interpreter's recursion
     limit, which the C decoder checks. ``max_containers`` bounds the arrays and objects a read
@@ -304,13 +309,6 @@ class JsonSerializer:
     value with more brackets in its strings than the bound is refused as well)."""
 
     tag = b"j"
-
-    def __init__(
-        self, max_bytes: int = DEFAULT_MAX_BYTES, max_containers: int = DEFAULT_MAX_CONTAINERS
-    ) -> None:
-        _check_limits(max_bytes, max_containers)
-        self.max_bytes = max_bytes
-        self.max_containers = max_containers
 
     def dumps(self, value: Any) -> bytes:
         data = json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
