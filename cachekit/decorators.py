@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cachekit.keys import ArgNormalizer, KeyError_, all_scalar, local_key, stable_digest
+from cachekit.keys import ArgNormalizer, UnkeyableArgument, all_scalar, local_key, stable_digest
 from cachekit.storage.memory import key_size
 from cachekit.types import CacheKey, Found, LookupResult, Status, StoreItem
 from cachekit.validation import check_fraction, check_seconds
@@ -84,9 +84,9 @@ class _Keys:
         """The local key, and the stable digest when it had to be computed anyway."""
         try:
             return self._local(args, kwargs)
-        except KeyError_ as exc:
+        except UnkeyableArgument as exc:
             # The key functions name the parameter (or ``key``); say whose parameter it is.
-            raise KeyError_(f"{self.fname}: {exc}") from exc
+            raise UnkeyableArgument(f"{self.fname}: {exc}") from exc
 
     def _local(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Hashable, str | None]:
         types: tuple[type, ...] | None = None

@@ -12,7 +12,7 @@ Two forms are built from a call's normalised arguments:
   ``-0.0 == 0.0``, and NaNs, since ``nan != nan``) are keyed by the stable key instead.
 
 Arguments that cannot be keyed (unknown types, ints over ``MAX_INT_BITS``, nesting deeper than
-``MAX_KEY_DEPTH`` or containers that hold themselves) raise :class:`KeyError_`, a TypeError.
+``MAX_KEY_DEPTH`` or containers that hold themselves) raise :class:`UnkeyableArgument`, a TypeError.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "SCALAR_SIGNATURES",
     "ArgNormalizer",
     "KeyError_",
+    "UnkeyableArgument",
     "all_scalar",
     "float_positions",
     "local_key",
@@ -43,8 +44,12 @@ __all__ = [
 ]
 
 
-class KeyError_(TypeError):
+class UnkeyableArgument(TypeError):
     """An argument cannot be turned into a cache key."""
+
+
+#: The former name of :class:`UnkeyableArgument`, kept for code that catches it.
+KeyError_ = UnkeyableArgument
 
 
 #: Deepest nesting of containers (and of ``__cachekit_key__``/model results) in a key; past it,
@@ -70,7 +75,9 @@ def _encode(obj: Any, out: bytearray, depth: int) -> None:
 
 def _deeper(depth: int) -> int:
     if depth >= MAX_KEY_DEPTH:
-        raise KeyError_(f"argument nests deeper than {MAX_KEY_DEPTH} levels (or contains itself)")
+        raise UnkeyableArgument(
+            f"argument nests deeper than {MAX_KEY_DEPTH} levels (or contains itself)"
+        )
     return depth + 1
 
 
@@ -84,7 +91,7 @@ def _enc_bool(obj: bool, out: bytearray, depth: int) -> None:
 
 def _enc_int(obj: int, out: bytearray, depth: int) -> None:
     if obj.bit_length() > MAX_INT_BITS:
-        raise KeyError_(
+        raise UnkeyableArgument(
             f"an int of {obj.bit_length()} bits is too large for a cache key "
             f"(limit {MAX_INT_BITS} bits); pass key=... or ignore=(...)"
         )
@@ -169,7 +176,7 @@ def _enc_numpy(obj: Any, out: bytearray, depth: int) -> None:
 
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
-            raise KeyError_("numpy arrays of dtype object cannot be part of a cache key")
+            raise UnkeyableArgument("numpy arrays of dtype object cannot be part of a cache key")
         arr = np.ascontiguousarray(obj)
         out += b"A"
         _enc_str(arr.dtype.str, out, depth)
@@ -181,7 +188,7 @@ def _enc_numpy(obj: Any, out: bytearray, depth: int) -> None:
         _enc_str(obj.dtype.str, out, depth)
         out += obj.tobytes()
     else:
-        raise KeyError_(f"cannot build a cache key from {type(obj).__qualname__}")
+        raise UnkeyableArgument(f"cannot build a cache key from {type(obj).__qualname__}")
 
 
 def _enc_datetime(obj: Any, out: bytearray, depth: int) -> None:
@@ -222,7 +229,7 @@ def _enc_builtin_subclass(obj: Any, out: bytearray, depth: int) -> None:
 
 
 def _enc_unkeyable(obj: Any, out: bytearray, depth: int) -> None:
-    raise KeyError_(
+    raise UnkeyableArgument(
         f"cannot build a cache key from an argument of type {_qualname(obj)}; "
         "pass key=... to the decorator, define __cachekit_key__() on the type, "
         "or exclude the argument with ignore=(...)"
@@ -270,33 +277,33 @@ def _encoder_for(obj: Any) -> _Encoder:
     return _enc_unkeyable
 
 
-def _name_failure(exc: Exception, obj: Any, names: Sequence[str] | None) -> KeyError_:
+def _name_failure(exc: Exception, obj: Any, names: Sequence[str] | None) -> UnkeyableArgument:
     """The error for an argument tuple that could not be keyed, naming the parameter that failed
     when ``names`` (the tuple's parameter names) is given. Runs only on the error path."""
     reason = (
         str(exc)
-        if isinstance(exc, KeyError_)
+        if isinstance(exc, UnkeyableArgument)
         else (f"argument nests too deeply (or contains itself): {type(exc).__name__}")
     )
     if type(obj) is tuple:
         for i, item in enumerate(obj):
             try:
                 _encoded(item, 1)
-            except (KeyError_, RecursionError) as item_exc:
-                detail = str(item_exc) if isinstance(item_exc, KeyError_) else reason
+            except (UnkeyableArgument, RecursionError) as item_exc:
+                detail = str(item_exc) if isinstance(item_exc, UnkeyableArgument) else reason
                 where = f"parameter {names[i]!r}" if names and i < len(names) else f"item {i}"
-                return KeyError_(f"{where}: {detail}")
-    return KeyError_(reason)
+                return UnkeyableArgument(f"{where}: {detail}")
+    return UnkeyableArgument(reason)
 
 
 def stable_digest(obj: Any, names: Sequence[str] | None = None) -> str:
     """A 32-hex-digit digest of ``obj``'s typed canonical encoding. ``names``: when ``obj`` is a
     call's argument tuple, its parameter names (``ArgNormalizer.value_names``), so that an
-    unkeyable argument's :class:`KeyError_` names its parameter."""
+    unkeyable argument's :class:`UnkeyableArgument` names its parameter."""
     out = bytearray()
     try:
         _encode(obj, out, 0)
-    except (KeyError_, RecursionError) as exc:
+    except (UnkeyableArgument, RecursionError) as exc:
         raise _name_failure(exc, obj, names) from None
     return hashlib.blake2b(out, digest_size=16).hexdigest()
 

@@ -174,7 +174,7 @@ def read_redis_labels(client: Any, key_prefix: str, namespace: str) -> tuple[lis
     """``(labels oldest first, lists read, unreadable records)``: every semantic function's
     shared verdicts in ``namespace`` (keys ``{key_prefix}:{namespace}:sem:*:labels``)."""
     from cachekit.semantic.arbiter import Label
-    from cachekit.semantic.persistence import LABELS_SUFFIX
+    from cachekit.semantic.shared_store import LABELS_SUFFIX
     from cachekit.semantic.tier import semantic_base
 
     pattern = semantic_base(_glob(key_prefix), _glob(namespace), "*") + LABELS_SUFFIX

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachekit.keys import KeyError_, local_key, stable_digest
+from cachekit.keys import UnkeyableArgument, local_key, stable_digest
 from cachekit.protocols import Serializer
 from cachekit.serialization import (
     Envelope,
@@ -205,7 +205,7 @@ def test_keys_are_total_and_local_keys_agree_with_stable_keys(a: Any, b: Any) ->
     for v in (a, b):
         try:
             stable_digest((v,))
-        except KeyError_:
+        except UnkeyableArgument:
             pass
     ka, kb = local_key((a,)), local_key((b,))
     if ka is not None and ka == kb:
@@ -218,7 +218,7 @@ DEEP = textwrap.dedent("""
     import json, msgpack
     from cachekit.serialization import (JsonSerializer, MsgpackSerializer, SerializationError,
                                         decode_envelope)
-    from cachekit.keys import KeyError_, stable_digest
+    from cachekit.keys import UnkeyableArgument, stable_digest
 
     def ext_nest(depth, code):
         inner = msgpack.packb(None)
@@ -250,7 +250,7 @@ DEEP = textwrap.dedent("""
         deep = [deep]
     try:
         stable_digest(deep)
-    except KeyError_:
+    except UnkeyableArgument:
         print("survived key nesting", flush=True)
 """)
 

@@ -17,7 +17,7 @@ from cachekit import Cache
 from cachekit.keys import (
     SCALAR_SIGNATURES,
     ArgNormalizer,
-    KeyError_,
+    UnkeyableArgument,
     all_scalar,
     float_positions,
     local_key,
@@ -76,7 +76,7 @@ def test_numpy_dataclass_enum_keys() -> None:
 
 
 def test_unkeyable_argument_names_the_fix() -> None:
-    with pytest.raises(KeyError_, match="key="):
+    with pytest.raises(UnkeyableArgument, match="key="):
         stable_digest(object())
 
 
@@ -237,7 +237,7 @@ def test_absurd_arguments_give_a_type_error_naming_the_parameter() -> None:
         (object(), "key="),
     ):
         values = norm((1, bad), {})
-        with pytest.raises(KeyError_, match=f"parameter 'b'.*{why}"):
+        with pytest.raises(UnkeyableArgument, match=f"parameter 'b'.*{why}"):
             stable_digest(values, names=norm.value_names)
         with pytest.raises(TypeError, match=why):  # and never ValueError or RecursionError
             stable_digest(values)
@@ -250,7 +250,7 @@ def test_value_names_leave_ignored_parameters_out() -> None:
     norm = ArgNormalizer(f, ignore=("request_id",))
     assert norm.value_names == ("a", "rest", "kw")
     values = norm((1, 2, 3), {"z": object()})
-    with pytest.raises(KeyError_, match="parameter 'kw'"):
+    with pytest.raises(UnkeyableArgument, match="parameter 'kw'"):
         stable_digest(values, names=norm.value_names)
 
 

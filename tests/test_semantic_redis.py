@@ -203,7 +203,7 @@ def test_the_redis_store_neither_shares_nor_reads_oversized_entries(redis_url: s
     import numpy as np
     import redis
 
-    from cachekit.semantic.persistence import RedisSemanticStore, StoredEntry
+    from cachekit.semantic.shared_store import RedisSemanticStore, StoredEntry
 
     client = redis.Redis.from_url(redis_url)
     store = RedisSemanticStore(

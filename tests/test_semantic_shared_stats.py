@@ -14,8 +14,8 @@ from test_semantic_redis import CLOSE, STORED
 from test_semantic_sync import replica, store_of
 
 from cachekit import Status
-from cachekit.semantic.persistence import STATS_FIELDS, parse_stats
 from cachekit.semantic.policy import NO_STATS, EntryStats
+from cachekit.semantic.shared_store import STATS_FIELDS, parse_stats
 from cachekit.semantic.tier import entry_id
 from cachekit.testing import wait_until
 

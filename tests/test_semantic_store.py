@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachekit import Cache, Status
-from cachekit.semantic.persistence import (
+from cachekit.semantic.shared_store import (
     LOG_READ_BATCH,
     LogMessage,
     LogRead,

@@ -15,7 +15,7 @@ import pytest
 from test_semantic_redis import CLOSE, STORED, WORDS, topic
 
 from cachekit import Cache, Status
-from cachekit.semantic.persistence import RedisSemanticStore
+from cachekit.semantic.shared_store import RedisSemanticStore
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.semantic.tier import entry_id
 from cachekit.testing import wait_until

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cachekit.protocols import AsyncStorageTier, Entry, StorageTier
-from cachekit.semantic.persistence import SemanticStore
+from cachekit.semantic.shared_store import SemanticStore
 from cachekit.storage.base import SharedTier, as_shared_tier
 from cachekit.storage.memory import MemoryTier
 

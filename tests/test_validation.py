@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cachekit import Cache
-from cachekit.keys import KeyError_
+from cachekit.keys import UnkeyableArgument
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_unkeyable_argument_is_named(mode: str) -> None:
 
         call = lambda *a, **kw: asyncio.run(af(*a, **kw))  # noqa: E731
     for args, kwargs in (((1, object()), {}), ((1,), {"config": object()})):
-        with pytest.raises(KeyError_, match="f: parameter 'config'") as info:
+        with pytest.raises(UnkeyableArgument, match="f: parameter 'config'") as info:
             call(*args, **kwargs)
         assert isinstance(info.value, TypeError)
         assert "key=" in str(info.value)  # and what to do about it

@@ -42,7 +42,7 @@ import numpy as np
 
 from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
 from cachekit.semantic.entries import SemanticEntry, entry_id
-from cachekit.semantic.persistence import (
+from cachekit.semantic.shared_store import (
     PIPELINE_CHUNK,
     LogMessage,
     LogRead,

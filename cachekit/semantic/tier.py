@@ -17,7 +17,7 @@ Ids are derived from ``(scope, text)`` (63 bits of BLAKE2b), so every process gi
 same id without asking anyone: storing the same text again replaces the entry, replaying a
 stream message twice is harmless, and invalidation needs no lookup.
 
-When the shared tier offers a :class:`~cachekit.semantic.persistence.SemanticStore` (Redis does),
+When the shared tier offers a :class:`~cachekit.semantic.shared_store.SemanticStore` (Redis does),
 the tier's :class:`~cachekit.semantic.replication.Replication` writes every entry there and
 follows what other processes write (see that module). Saving to and loading from a directory
 (no Redis) is :mod:`cachekit.semantic.snapshots`.
@@ -63,7 +63,7 @@ from cachekit.telemetry import LatencyHistogram
 if TYPE_CHECKING:
     from cachekit.engine import Engine
     from cachekit.protocols import Embedder, VectorIndex
-    from cachekit.semantic.persistence import SemanticStore
+    from cachekit.semantic.shared_store import SemanticStore
 
 __all__ = [
     "FOLLOW_BLOCK_S",
@@ -570,7 +570,7 @@ class SemanticTier:
         with self._lock:
             return sum(len(ix) for ix in self._indexes.values())
 
-    # ------------------------------------------------------------------ persistence (no Redis)
+    # ------------------------------------------------------------ snapshots on disk (no Redis)
 
     def save(self, directory: str | Path) -> None:
         """Write every live entry and each scope's index under ``directory``

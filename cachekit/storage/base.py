@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from cachekit.protocols import AsyncStorageTier, Entry, StorageTier
 
 if TYPE_CHECKING:
-    from cachekit.semantic.persistence import SemanticStore
+    from cachekit.semantic.shared_store import SemanticStore
 
 __all__ = ["PlainTier", "SharedTier", "as_shared_tier"]
 

@@ -33,7 +33,7 @@ from cachekit.protocols import Entry
 from cachekit.storage.base import SharedTier
 
 if TYPE_CHECKING:
-    from cachekit.semantic.persistence import RedisSemanticStore
+    from cachekit.semantic.shared_store import RedisSemanticStore
 
 __all__ = ["RedisTier", "hash_tag"]
 
@@ -113,7 +113,7 @@ def _px(ttl: float) -> int:
 class RedisTier(SharedTier):
     """A :class:`~cachekit.storage.base.SharedTier` over Redis, sync and asyncio, with every
     optional ability: counters re-seeded atomically (Lua), invalidations published and followed
-    (pub/sub), and a semantic store (:class:`~cachekit.semantic.persistence.RedisSemanticStore`).
+    (pub/sub), and a semantic store (:class:`~cachekit.semantic.shared_store.RedisSemanticStore`).
 
     ``url`` schemes: ``redis://``, ``rediss://`` (TLS), ``unix://``, and ``redis+cluster://`` /
     ``rediss+cluster://`` for Redis Cluster (or ``cluster=True`` with a plain TCP URL). Username
@@ -242,9 +242,9 @@ class RedisTier(SharedTier):
         return f"RedisTier(name={self.name!r}, url={target!r}, cluster={self._is_cluster})"
 
     def semantic_store(self, base: str, log_maxlen: int = 100_000) -> RedisSemanticStore:
-        """A :class:`~cachekit.semantic.persistence.SemanticStore` on this tier's client, with
+        """A :class:`~cachekit.semantic.shared_store.SemanticStore` on this tier's client, with
         its keys under ``base``: how a semantic tier shares its entries through Redis."""
-        from cachekit.semantic.persistence import RedisSemanticStore
+        from cachekit.semantic.shared_store import RedisSemanticStore
 
         return RedisSemanticStore(
             lambda: self.client,
