@@ -29,7 +29,15 @@ def entry(*fields: Any) -> bytes:
     return b"m" + msgpack.packb(list(fields), use_bin_type=True)
 
 
+def empty_maps(n: int) -> bytes:
+    """A well-formed, fresh envelope whose value is ``n`` empty maps (one byte each)."""
+    head = msgpack.packb([1, 1e12, 60.0, 0.0, None])
+    return b"m\x96" + head[1:] + b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+
+
 HOSTILE = {
+    # Past the decode work bound (2**20 containers): refused, not decoded into ~300 MB.
+    "4 MiB of empty maps": empty_maps(4 * 2**20),
     "created_at str": entry(1, "now", 60.0, 0.0, None, "evil"),
     "created_at None": entry(1, None, 60.0, 0.0, None, "evil"),
     "ttl str": entry(1, 1e12, "60", 0.0, None, "evil"),
