@@ -300,15 +300,10 @@ class _SemanticCalls:
         """The exact-match answer, if any. A probe (``lookup``) is counted by the tier and the
         engine apart from calls: never a hit, nor time saved."""
         tier = self.tier
-        if probe:
-            tier.probes += 1
-        else:
-            tier.lookups += 1
+        tier.count_lookup(probe)
         if found.status is Status.HIT and found.env is not None:
-            if probe:
-                tier.probe_hits += 1
-            else:
-                tier.exact_hits += 1
+            tier.count_exact_hit(probe)
+            if not probe:
                 self.engine.telemetry.time_saved += self.timing.mean
             return LookupResult(
                 Status.HIT,
@@ -320,8 +315,7 @@ class _SemanticCalls:
         return None
 
     def _missed(self, probe: bool) -> None:
-        if not probe:
-            self.tier.misses += 1
+        self.tier.count_miss(probe)
 
     def _no_text(self, k: CacheKey, probe: bool) -> LookupResult:
         # An empty text is compared exactly only: it means nothing to embed.
@@ -339,16 +333,13 @@ class _SemanticCalls:
                 # The arbiter remembers which entry answered under this key, so a verdict on the
                 # result (cache.feedback) reaches the entry and the policy.
                 tier.arbiter.served(k.remote, entry.scope, t, entry, m.similarity)
+                tier.count_semantic_hit(m.similarity, probe)
                 if probe:
                     # The engine counted this probe with its exact miss; now it found something.
-                    tier.probe_hits += 1
                     self.engine.telemetry.probe_hits += 1
-                else:
-                    tier.semantic_hits += 1
-                    tier.record_hit(m.similarity)
-                    if count:
-                        self.engine.record_found(Status.SEMANTIC_HIT)
-                        self.engine.telemetry.time_saved += self.timing.mean
+                elif count:
+                    self.engine.record_found(Status.SEMANTIC_HIT)
+                    self.engine.telemetry.time_saved += self.timing.mean
                 return LookupResult(
                     Status.SEMANTIC_HIT,
                     env.value,
@@ -369,7 +360,7 @@ class _SemanticCalls:
 
     def _search_failed(self, k: CacheKey, exc: Exception, probe: bool) -> LookupResult:
         # An embedder or index failure costs a miss (the function still runs), never an answer.
-        self.tier.errors += 1
+        self.tier.count_error()
         self._missed(probe)
         log.warning(
             "cachekit: semantic lookup in %s failed (served as a miss): %r", self.fname, exc
@@ -387,7 +378,7 @@ class _SemanticCalls:
         try:
             self.tier.add_many(items, ttl=ttl, version=self.version)
         except Exception as exc:
-            self.tier.errors += 1
+            self.tier.count_error()
             log.warning("cachekit: semantic store in %s failed: %r", self.fname, exc)
 
     def _computed(self, elapsed: float) -> None:
@@ -424,7 +415,7 @@ class _SemanticCalls:
         """The semantic search alone (no exact read: the caller keeps its own exact entries),
         counted as a call in this function's tier; the engine's counters are the caller's."""
         k, scope_key, t = self.key_of(args, kwargs)
-        self.tier.lookups += 1
+        self.tier.count_lookup(False)
         if not t:
             return self._no_text(k, False)
         try:

@@ -336,6 +336,36 @@ class SemanticTier:
             self.replication.note_hit(entry.id)  # confirmed present in the background
         return Match(score, entry)
 
+    # ------------------------------------------------------------------ counters
+    # The decorator reports what each call found; the tier owns the counts. A probe
+    # (``f.lookup``) is counted apart from calls, never as a hit.
+
+    def count_lookup(self, probe: bool) -> None:
+        if probe:
+            self.probes += 1
+        else:
+            self.lookups += 1
+
+    def count_exact_hit(self, probe: bool) -> None:
+        if probe:
+            self.probe_hits += 1
+        else:
+            self.exact_hits += 1
+
+    def count_semantic_hit(self, similarity: float, probe: bool) -> None:
+        if probe:
+            self.probe_hits += 1
+            return
+        self.semantic_hits += 1
+        self.record_hit(similarity)
+
+    def count_miss(self, probe: bool) -> None:
+        if not probe:
+            self.misses += 1
+
+    def count_error(self) -> None:
+        self.errors += 1
+
     def record_hit(self, similarity: float) -> None:
         self._similarities.append(similarity)
         if self._min_similarity is None or similarity < self._min_similarity:
