@@ -18,9 +18,8 @@ import secrets
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -48,6 +47,15 @@ from cachekit.llm import (
 )
 from cachekit.llm.rules import caller_key, check_depth
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
+from cachekit.proxy.headers import (
+    HOP_BY_HOP,
+    UPSTREAM_DROP_RESPONSE,
+    Controls,
+    forward_headers,
+    miss_headers,
+    parse_controls,
+    response_headers,
+)
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.semantic.slots import refusal_kind
 
@@ -63,23 +71,6 @@ __all__ = [
 
 log = logging.getLogger("cachekit.proxy")
 
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-_UPSTREAM_DROP_RESPONSE = frozenset({*_HOP_BY_HOP, "date", "server", "content-encoding"})
-_NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
 _JSON = "application/json"
 _MEMO_SIZE = 4096  # prepared requests remembered (a pure function of these inputs)
@@ -132,131 +123,6 @@ def error_response(
     """An OpenAI-style error body with ``status``."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
     return Response(_dumps(body), status_code=status, media_type=_JSON)
-
-
-# ---------------------------------------------------------------------- request controls
-
-
-@dataclass(frozen=True)
-class Controls:
-    """What a request's headers ask of the cache."""
-
-    no_cache: bool = False  # skip the lookup, still store
-    no_store: bool = False  # look up, never store
-    only_if_cached: bool = False  # a miss is answered 504, never sent upstream
-    max_age: float | None = None
-    ttl: float | None = None
-    threshold: float | None = None
-    namespace: str = ""
-
-
-_DEFAULT_CONTROLS = Controls()
-#: A number in a header: ASCII digits only (``str.isdigit`` and ``float`` accept others).
-_DECIMAL = re.compile(r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """Every line of header ``name`` joined with ``", "`` (RFC 9110, 5.3), ``None`` when absent.
-    Starlette's ``Headers.get`` (and any dict) keeps one line: a second ``Cache-Control: no-store``
-    line would be lost."""
-    getlist = getattr(headers, "getlist", None)
-    if getlist is None:
-        return headers.get(name)
-    values = getlist(name)
-    return ", ".join(values) if values else None
-
-
-def _number(
-    headers: Mapping[str, str], name: str, low: float, high: float, low_open: bool
-) -> float | None:
-    raw = _header(headers, name)
-    if raw is None:
-        return None
-    text = raw.strip()
-    value = float(text) if _DECIMAL.fullmatch(text) else float("nan")
-    ok = (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        raise RequestError(
-            f"header {name} must be a number in "
-            f"{'(' if low_open else '['}{low:g}, {high:g}], got {raw!r}",
-            param=name,
-        )
-    return value
-
-
-def parse_controls(headers: Mapping[str, str]) -> Controls:
-    """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
-    ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
-    cc = _header(headers, "cache-control")
-    if cc is None and not any(
-        h in headers for h in ("x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")
-    ):
-        return _DEFAULT_CONTROLS
-    no_cache = no_store = only_if_cached = False
-    max_age: float | None = None
-    for part in (cc or "").split(","):
-        directive = part.strip().lower()
-        if directive == "no-cache":
-            no_cache = True
-        elif directive == "no-store":
-            no_store = True
-        elif directive == "only-if-cached":
-            only_if_cached = True
-        elif directive.startswith("max-age="):
-            value = directive[8:].strip().strip('"')
-            if not (value.isascii() and value.isdigit()):
-                raise RequestError(
-                    f"Cache-Control max-age must be whole seconds, got {value!r}",
-                    param="cache-control",
-                )
-            max_age = float(value)
-    namespace = _header(headers, "x-cachekit-namespace") or ""
-    if namespace and not _NAMESPACE.fullmatch(namespace):
-        raise RequestError(
-            "header x-cachekit-namespace must be 1-64 characters of A-Z a-z 0-9 . _ : -",
-            param="x-cachekit-namespace",
-        )
-    return Controls(
-        no_cache,
-        no_store,
-        only_if_cached,
-        max_age,
-        _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
-        _number(headers, "x-cachekit-threshold", 0.0, 1.0, True),
-        namespace,
-    )
-
-
-def _forward_headers(headers: Mapping[str, str], *, identity: bool) -> list[tuple[str, str]]:
-    """The request's header lines for the upstream, repeated lines kept (Starlette's
-    ``Headers.items()`` lists every line). The credential headers reach it as :func:`caller_key`
-    read them: it refuses a request carrying one of them twice."""
-    out = [
-        (k, v)
-        for k, v in headers.items()
-        if k not in _HOP_BY_HOP
-        and not k.startswith("x-cachekit-")
-        and not (identity and k == "accept-encoding")
-    ]
-    if identity:  # we parse the answer: ask for it uncompressed
-        out.append(("accept-encoding", "identity"))
-    return out
-
-
-def miss_headers(found: CacheLookup) -> dict[str, str]:
-    """A miss's headers: ``x-cachekit-cache: MISS`` and, when an entry was near, its similarity
-    and why it was not served (``x-cachekit-reason``: ASCII, at most 200 characters)."""
-    out = {"x-cachekit-cache": "MISS"}
-    if found.similarity is not None:
-        out["x-cachekit-similarity"] = f"{found.similarity:.4f}"
-    if found.reason:
-        text = found.reason.encode("ascii", "backslashreplace").decode("ascii")
-        out["x-cachekit-reason"] = "".join(c if c.isprintable() else " " for c in text)[:200]
-    return out
-
-
-def _response_headers(headers: httpx.Headers, drop: frozenset[str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in drop}
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -481,7 +347,7 @@ class Proxy:
     ) -> Response:
         assert self.client is not None
         url = self.upstream + req.endpoint
-        headers = _forward_headers(request.headers, identity=True)
+        headers = forward_headers(request.headers, identity=True)
         inflight = self.metrics.inflight
         inflight.enter()
         t0 = time.perf_counter()
@@ -494,7 +360,7 @@ class Proxy:
             self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
                 time.perf_counter() - t0
             )
-        out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
+        out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
         task = None
         if len(resp.content) > self.config.proxy.max_answer_bytes:
@@ -542,7 +408,7 @@ class Proxy:
             "POST",
             self.upstream + req.endpoint,
             content=content,
-            headers=_forward_headers(request.headers, identity=True),
+            headers=forward_headers(request.headers, identity=True),
         )
         inflight = self.metrics.inflight
         inflight.enter()
@@ -552,7 +418,7 @@ class Proxy:
         except httpx.HTTPError as exc:
             inflight.leave()
             return self._upstream_error(exc)
-        out = _response_headers(resp.headers, _UPSTREAM_DROP_RESPONSE)
+        out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
         if not 200 <= resp.status_code < 300:
             try:
@@ -640,7 +506,7 @@ class Proxy:
         upstream_req = self.client.build_request(
             request.method,
             url,
-            headers=_forward_headers(request.headers, identity=False),
+            headers=forward_headers(request.headers, identity=False),
             content=request.stream() if has_body else None,
         )
         inflight = self.metrics.inflight
@@ -656,8 +522,8 @@ class Proxy:
             inflight.leave()
 
         # Raw bytes, encoding untouched: content-encoding and content-length stay valid.
-        headers = _response_headers(
-            resp.headers, _HOP_BY_HOP - {"content-length"} | {"date", "server"}
+        headers = response_headers(
+            resp.headers, HOP_BY_HOP - {"content-length"} | {"date", "server"}
         )
         return StreamingResponse(
             resp.aiter_raw(),

@@ -30,6 +30,7 @@ import faiss
 import numpy as np
 
 from cachekit.extras import check_faiss_distributions
+from cachekit.semantic.rwlock import RWLock
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -112,48 +113,6 @@ def _resolve_device(device: str) -> Literal["cpu", "cuda"]:
     if device == "auto":
         return "cuda" if gpu_available() else "cpu"
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-
-
-class _RWLock:
-    """Many concurrent readers or one writer; waiting writers block new readers so a stream of
-    searches cannot starve an add. faiss releases the GIL in search, so readers do overlap."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
-
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        with self._cond:
-            self._writers_waiting += 1
-            try:
-                while self._writer or self._readers:
-                    self._cond.wait()
-            finally:
-                self._writers_waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
 
 
 def _flat_vectors(index: Any, dim: int) -> np.ndarray:
@@ -324,7 +283,7 @@ class FaissIndex:
         self.rebuild_fraction = float(rebuild_fraction)
         self.background_min = int(background_min)
         self.device: Literal["cpu", "cuda"] = _resolve_device(device)
-        self._lock = _RWLock()
+        self._lock = RWLock()
 
         self._flat: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._graph: _Graph | None = None  # None while exact
