@@ -27,7 +27,6 @@ operation, which only the paths that miss L1 pay; the L1 hit fast path runs no c
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import operator
@@ -36,9 +35,9 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cachekit.background import BackgroundRefresh
 from cachekit.breaker import CircuitBreaker
 from cachekit.health import Diagnosis, Health, diagnose
 from cachekit.keys import FLOAT_SIGNATURES, SCALAR_SIGNATURES, all_scalar, local_key
@@ -171,12 +170,8 @@ class Engine:
         #: The single-flight claims of every entry point of this cache (keys are full local
         #: keys, unique across entry points): per-key misses here, batch loads in feature sets.
         self.flights = SingleFlight()
-        self._refresh_workers = refresh_workers
-        self._executor: ThreadPoolExecutor | None = None
-        self._refreshing: set[Hashable] = set()
-        self._closed = False  # set by close(): no new refreshes; a running one re-closes L2
-        self._refresh_lock = threading.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Stale-while-revalidate refreshes; one running past close() re-closes the shared tier.
+        self.refresh = BackgroundRefresh(refresh_workers, self._refresh_done, self._close_l2)
         self._closers: list[Callable[[], None]] = []
         self._last_warning = 0.0
         # Health of the shared tier: written on failures and checks; the success path only reads
@@ -1049,75 +1044,25 @@ class Engine:
         introspection)."""
         return self.flights.waiting()
 
-    def _claim_refresh(self, token: Hashable) -> bool:
-        with self._refresh_lock:
-            if self._closed or token in self._refreshing:
-                return False
-            self._refreshing.add(token)
-            return True
-
-    def _refresh_done(self, token: Hashable, ok: bool) -> None:
+    def _refresh_done(self, ok: bool) -> None:
         if ok:
             self.telemetry.refreshes += 1
         else:
             self.telemetry.refresh_errors += 1
-        with self._refresh_lock:
-            self._refreshing.discard(token)
-        if self._closed:
-            # It ran past close() and may have reopened the shared tier's connections.
-            self._close_l2()
 
     def refresh_in_background(self, token: Hashable, work: Callable[[], Any]) -> bool:
-        """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way.
-        A failure is logged and counted; the old value stays."""
-        if not self._claim_refresh(token):
-            return False
-        with self._refresh_lock:
-            if self._closed:  # closed since the claim: no executor after close()
-                self._refreshing.discard(token)
-                return False
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self._refresh_workers, thread_name_prefix="cachekit-refresh"
-                )
-            executor = self._executor
-
-        def run() -> None:
-            ok = False
-            try:
-                work()
-                ok = True
-            except Exception:
-                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
-            finally:
-                self._refresh_done(token, ok)
-
-        executor.submit(run)
-        return True
+        """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way (see
+        :class:`~cachekit.background.BackgroundRefresh`). A failure is logged and counted; the
+        old value stays."""
+        return self.refresh.start(token, work)
 
     def arefresh_in_background(self, token: Hashable, work: Callable[[], Awaitable[Any]]) -> bool:
         """The asyncio form of :meth:`refresh_in_background`: a task on the running loop."""
-        if not self._claim_refresh(token):
-            return False
-
-        async def run() -> None:
-            ok = False
-            try:
-                await work()
-                ok = True
-            except Exception:
-                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
-            finally:
-                self._refresh_done(token, ok)
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._tasks.discard)
-        return True
+        return self.refresh.astart(token, work)
 
     def refreshing(self) -> bool:
         """Whether a background refresh is under way (for tests and graceful shutdown)."""
-        return bool(self._refreshing)
+        return self.refresh.running()
 
     # ------------------------------------------------------------------ L1 hit fast path
 
@@ -1212,18 +1157,13 @@ class Engine:
     def close(self) -> None:
         """Stop background work and release connections. Idempotent. A refresh already running
         finishes, and then releases what it reopened."""
-        with self._refresh_lock:
-            self._closed = True
+        self.refresh.close()
         closers, self._closers = self._closers, []
         for fn in closers:
             try:
                 fn()
             except Exception:
                 log.warning("cachekit: error while closing", exc_info=True)
-        with self._refresh_lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
         self._close_l2()
 
     def _close_l2(self) -> None:

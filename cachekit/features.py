@@ -30,12 +30,12 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from cachekit.background import WRITE_BEHIND_FLUSH_TIMEOUT, WriteBehind
 from cachekit.keys import stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.serialization import load_packed
@@ -136,109 +136,6 @@ class _FeatureStats:
             "max": lat.max_ms,
         }  # fmt: skip
         return out
-
-
-#: Seconds an invalidate or prime waits for pending write-behind stores before going ahead (each
-#: store is itself bounded by the shared tier's timeout).
-WRITE_BEHIND_FLUSH_TIMEOUT = 5.0
-
-
-class _WriteBehind:
-    """The pending stores of a write-behind feature set: run in order on one worker thread
-    (loads of sync callers) or as tasks of the caller's event loop (async callers), counted so
-    that a later delete or prime can wait for them."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._pending = 0
-        self._deferred = threading.local()
-        self._executor: ThreadPoolExecutor | None = None
-        self._closed = False
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def defer(self, fn: Callable[..., None], *args: Any) -> None:
-        """Queue ``fn(*args)`` for this thread's next :meth:`kick`: a get_many hands its writes
-        to the worker only as it returns, so the worker does not take the interpreter lock from
-        the request while the request is still answering (the lock changes hands every 5 ms).
-        Every path that defers must kick, or the load's waiters wait until the flush timeout."""
-        jobs = getattr(self._deferred, "jobs", None)
-        if jobs is None:
-            jobs = self._deferred.jobs = []
-        jobs.append((fn, args))
-
-    def kick(self) -> None:
-        """Start this thread's deferred writes (inline once closed)."""
-        jobs = getattr(self._deferred, "jobs", None)
-        if not jobs:
-            return
-        self._deferred.jobs = []
-        for fn, args in jobs:
-            if not self.submit(fn, *args):
-                fn(*args)
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> bool:
-        """Run ``fn(*args)`` on the worker; False (nothing run) once closed."""
-        with self._cond:
-            if self._closed:
-                return False
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="cachekit-write-behind")
-            self._pending += 1
-            self._executor.submit(self._run, fn, args)
-        return True
-
-    def _run(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.warning("cachekit: feature write-behind failed", exc_info=True)
-        finally:
-            self._done()
-
-    def _done(self) -> None:
-        with self._cond:
-            self._pending -= 1
-            self._cond.notify_all()
-
-    def asubmit(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro`` as a task of the running loop."""
-        with self._cond:
-            self._pending += 1
-        task = asyncio.get_running_loop().create_task(self._arun(coro))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _arun(self, coro: Coroutine[Any, Any, None]) -> None:
-        try:
-            await coro
-        except Exception:
-            log.warning("cachekit: feature write-behind failed", exc_info=True)
-        finally:
-            self._done()
-
-    def flush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
-        """Wait until every pending store is done; False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._pending == 0, timeout)
-
-    async def aflush(self, timeout: float = WRITE_BEHIND_FLUSH_TIMEOUT) -> bool:
-        """The asyncio form of :meth:`flush`: this loop's pending stores, then any others."""
-        loop = asyncio.get_running_loop()
-        mine = [t for t in self._tasks if t.get_loop() is loop]
-        if mine:
-            await asyncio.wait(mine, timeout=timeout)
-        if not self._pending:
-            return True
-        return await asyncio.to_thread(self.flush, timeout)
-
-    def close(self) -> None:
-        """Finish what is pending (bounded), then refuse new work: later loads store inline."""
-        self.flush()
-        with self._cond:
-            self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
 
 
 class _Failure:
@@ -369,7 +266,7 @@ class FeatureSet:
         self.max_batch = max_batch
         self.copy = copy
         self.write_behind = write_behind
-        self._writer = _WriteBehind()
+        self._writer = WriteBehind()
         if write_behind:
             engine.on_close(self._writer.close)
         self._loader_name = getattr(loader, "__qualname__", None) or repr(loader)

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "cachekit.health": TYPES,
     "cachekit.keys": MECHANISMS,
     "cachekit.breaker": MECHANISMS,
+    "cachekit.background": MECHANISMS,
     "cachekit.singleflight": MECHANISMS,
     "cachekit.sansio": MECHANISMS,
     "cachekit.telemetry": MECHANISMS,
