@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.entries": MECHANISMS,
     "cachekit.semantic.embedding_cache": MECHANISMS,
     "cachekit.semantic.snapshots": MECHANISMS,
+    "cachekit.semantic.tier_counters": MECHANISMS,
     "cachekit.semantic.rwlock": MECHANISMS,
     "cachekit.semantic.slot_lexicon": MECHANISMS,
     "cachekit.semantic.slot_parse": MECHANISMS,

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FOLLOW_BLOCK_S",
     "INITIAL_SYNC_WAIT_S",
+    "NO_REPLICATION_STATS",
     "UNIT_NORM_TOLERANCE",
     "Replicated",
     "Replication",
@@ -86,6 +87,18 @@ _HIT_CHECKS_MAX = 1024
 _EXPIRY_SLACK_S = 1.0
 #: Seconds between two batches of served counts added to the shared records.
 _SERVED_FLUSH_S = 1.0
+
+
+#: What a tier that shares nothing reports for :meth:`Replication.stats`.
+NO_REPLICATION_STATS: dict[str, Any] = {
+    "redis_sync_lag_p50_ms": None,
+    "redis_sync_lag_p99_ms": None,
+    "resyncs": 0,
+    "invalid_entries": 0,
+    "invalid_stats": 0,
+    "log_lost": 0,
+    "missing_from_store": 0,
+}
 
 
 class Replicated(Protocol):

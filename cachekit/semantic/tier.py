@@ -17,13 +17,10 @@ Ids are derived from ``(scope, text)`` (63 bits of BLAKE2b), so every process gi
 same id without asking anyone: storing the same text again replaces the entry, replaying a
 stream message twice is harmless, and invalidation needs no lookup.
 
-When the shared tier offers a :class:`~cachekit.semantic.shared_store.SemanticStore` (Redis does),
-the tier's :class:`~cachekit.semantic.replication.Replication` writes every entry there and
-follows what other processes write (see that module). Saving to and loading from a directory
-(no Redis) is :mod:`cachekit.semantic.snapshots`.
-
-This module holds the local store and the decision; replication holds the sharing policy, and
-the store only moves records.
+This module holds the local store and the decision. Sharing through a
+:class:`~cachekit.semantic.shared_store.SemanticStore` (Redis) is
+:class:`~cachekit.semantic.replication.Replication`; saving to a directory is
+:mod:`cachekit.semantic.snapshots`; the counters are :mod:`cachekit.semantic.tier_counters`.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +44,12 @@ from cachekit.semantic.policy import HitPolicy
 from cachekit.semantic.replication import (
     FOLLOW_BLOCK_S,
     INITIAL_SYNC_WAIT_S,
+    NO_REPLICATION_STATS,
     UNIT_NORM_TOLERANCE,
     Replication,
 )
 from cachekit.semantic.snapshots import read_snapshot, write_snapshot
+from cachekit.semantic.tier_counters import TierCounters, ms
 from cachekit.serialization import (
     Envelope,
     SerializationError,
@@ -80,19 +78,7 @@ __all__ = [
 
 log = logging.getLogger("cachekit.semantic")
 
-#: What stats() reports of replication for a tier that shares nothing.
-_NO_REPLICATION = {
-    "redis_sync_lag_p50_ms": None,
-    "redis_sync_lag_p99_ms": None,
-    "resyncs": 0,
-    "invalid_entries": 0,
-    "invalid_stats": 0,
-    "log_lost": 0,
-    "missing_from_store": 0,
-}
 
-#: Hit similarities kept for the stats' median (a sliding window).
-_SIMILARITY_SAMPLES = 10_000
 #: Default bound on the bytes a tier's entries hold (texts, values, vectors; see
 #: :mod:`cachekit.semantic.entries`), besides ``capacity`` entries.
 MAX_BYTES = 256 * 2**20
@@ -114,7 +100,7 @@ class Match:
     nearest_text: str | None = None
 
 
-class SemanticTier:
+class SemanticTier(TierCounters):
     """Semantic entries of one decorated function. See the module docstring for the layout.
 
     ``embedder`` is a zero-argument factory or an :class:`~cachekit.protocols.Embedder`; the
@@ -142,6 +128,7 @@ class SemanticTier:
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        super().__init__()
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
         if candidates < 1:
@@ -173,24 +160,6 @@ class SemanticTier:
             if batching
             else None
         )
-
-        # Counters: lookups and their outcomes are counted by the decorator, the rest here.
-        self.lookups = 0  # of calls; probes (``f.lookup``) are counted apart
-        self.probes = 0
-        self.probe_hits = 0
-        self.exact_hits = 0
-        self.semantic_hits = 0
-        self.misses = 0
-        self.evictions = 0
-        self.too_large = 0  # entries over max_bytes // MAX_ENTRY_SHARE, not held
-        self.expirations = 0
-        self.errors = 0
-        self.embed_time = LatencyHistogram()
-        #: Seconds of the first embedding call, which loads the model; None until it ran.
-        self.model_load_s: float | None = None
-        self.search_time = LatencyHistogram()
-        self._similarities: deque[float] = deque(maxlen=_SIMILARITY_SAMPLES)
-        self._min_similarity: float | None = None
 
         # Sharing through the shared tier, when it offers a semantic store (Redis does).
         store = _semantic_store(
@@ -335,41 +304,6 @@ class SemanticTier:
         if entry.shared and self.replication is not None:
             self.replication.note_hit(entry.id)  # confirmed present in the background
         return Match(score, entry)
-
-    # ------------------------------------------------------------------ counters
-    # The decorator reports what each call found; the tier owns the counts. A probe
-    # (``f.lookup``) is counted apart from calls, never as a hit.
-
-    def count_lookup(self, probe: bool) -> None:
-        if probe:
-            self.probes += 1
-        else:
-            self.lookups += 1
-
-    def count_exact_hit(self, probe: bool) -> None:
-        if probe:
-            self.probe_hits += 1
-        else:
-            self.exact_hits += 1
-
-    def count_semantic_hit(self, similarity: float, probe: bool) -> None:
-        if probe:
-            self.probe_hits += 1
-            return
-        self.semantic_hits += 1
-        self.record_hit(similarity)
-
-    def count_miss(self, probe: bool) -> None:
-        if not probe:
-            self.misses += 1
-
-    def count_error(self) -> None:
-        self.errors += 1
-
-    def record_hit(self, similarity: float) -> None:
-        self._similarities.append(similarity)
-        if self._min_similarity is None or similarity < self._min_similarity:
-            self._min_similarity = similarity
 
     def decode(self, entry: SemanticEntry) -> Envelope | None:
         try:
@@ -648,44 +582,21 @@ class SemanticTier:
     def stats(self) -> dict[str, Any]:
         b = self.batcher
         qw = b.queue_wait if b is not None else LatencyHistogram()
-        sims = sorted(self._similarities)
-        lookups = self.lookups
-
-        def ms(h: LatencyHistogram, q: float) -> float | None:
-            v = h.percentile(q)
-            return None if v is None else v * 1e3
-
         return {
             "policy": getattr(self.policy, "name", repr(self.policy)),
-            "lookups": lookups,
-            "exact_hits": self.exact_hits,
-            "semantic_hits": self.semantic_hits,
-            "misses": self.misses,
-            "hit_rate": (self.exact_hits + self.semantic_hits) / lookups if lookups else 0.0,
-            "probes": self.probes,
-            "probe_hits": self.probe_hits,
+            **self.counter_stats(),
             "batches": b.batches if b is not None else 0,
             "batch_size_mean": b.mean_batch if b is not None else 0.0,
             "batch_size_max": b.max_seen if b is not None else 0,
             "queue_wait_p50_ms": ms(qw, 0.5),
             "queue_wait_p99_ms": ms(qw, 0.99),
-            "embed_p50_ms": ms(self.embed_time, 0.5),
-            "embed_p99_ms": ms(self.embed_time, 0.99),
-            "model_load_ms": None if self.model_load_s is None else self.model_load_s * 1e3,
-            "search_p50_ms": ms(self.search_time, 0.5),
-            "search_p99_ms": ms(self.search_time, 0.99),
             "refusals": dict(self.arbiter.refusals),
-            "hit_similarity_p50": sims[len(sims) // 2] if sims else None,
-            "hit_similarity_min": self._min_similarity,
             "index_size": len(self._entries),
             "index_bytes": self._entries.bytes,
             "scopes": len(self._indexes),
-            "evictions": self.evictions,
-            "too_large": self.too_large,
-            "expirations": self.expirations,
             "errors": self.errors + (self.replication.errors if self.replication else 0),
             "shared": self.shared,
-            **(_NO_REPLICATION if self.replication is None else self.replication.stats()),
+            **(NO_REPLICATION_STATS if self.replication is None else self.replication.stats()),
             **self.arbiter.summary(),
             "ready": self.replication is None or self.replication.ready.is_set(),
         }
