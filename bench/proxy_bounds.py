@@ -28,27 +28,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
+from _procs import free_port, rss_mib, serving
 
 CHAT = "/v1/chat/completions"
 PIECE = 64 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def endless_event() -> bytes:
@@ -118,44 +109,11 @@ class HostileUpstream:
 @contextmanager
 def proxy(upstream_port: int, src: str | None) -> Iterator[tuple[str, int]]:
     port = free_port()
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "cachekit", "serve", "--no-semantic", "--port", str(port)]
     cmd += ["--upstream", f"http://127.0.0.1:{upstream_port}"]
-    # Run from the checkout measured: `python -m` puts the working directory first on the path.
-    cwd = src or str(Path(__file__).resolve().parents[1])
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the proxy did not start")
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20.0)
-        except subprocess.TimeoutExpired:
-            print("the proxy did not stop within 20 s of SIGTERM: killed", flush=True)
-            proc.kill()
-            proc.wait(10.0)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
+    with serving(cmd, url + "/healthz", src) as pid:
+        yield url, pid
 
 
 def body(model: str) -> dict[str, object]:

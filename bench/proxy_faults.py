@@ -22,10 +22,7 @@ every loop is bounded in time.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -33,14 +30,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
+import _procs as procs
 import httpx
+from _procs import free_port
 from _servers import RedisServer
 
 from cachekit.proxy.testing import FakeUpstream, serving
 
-ROOT = Path(__file__).resolve().parents[1]
 CHAT = "/v1/chat/completions"
 ASKS = ["what is", "how do I clean", "why do people like", "where can I buy", "who invented"]
 THINGS = ["a bicycle", "a violin", "a telescope", "a kayak", "a sewing machine"]
@@ -68,39 +65,14 @@ class Tally:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def proxy(upstream: str, redis_url: str) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "cachekit", "serve", "--port", str(port)]
     cmd += ["--upstream", upstream, "--redis-url", redis_url]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120.0
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the proxy did not start")
+    with procs.serving(cmd, url + "/healthz"):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10.0)
 
 
 def ask_once(client: httpx.Client, url: str, rng: random.Random, tally: Tally) -> None:

@@ -18,19 +18,14 @@ first on ``PYTHONPATH``): the code before a change, say. Loopback only; every lo
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
+from _procs import ROOT, env_for, free_port, rss_mib, serving
 from _servers import RedisServer
 
-ROOT = Path(__file__).resolve().parents[1]
 CHAT = "/v1/chat/completions"
 
 DECODE = """
@@ -54,19 +49,6 @@ cache.close()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def env_for(src: str | None) -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def decode(url: str, src: str | None, n: int) -> tuple[float, float, str]:
     out = subprocess.run(
         [sys.executable, "-c", DECODE, url, str(n)],
@@ -81,47 +63,6 @@ def decode(url: str, src: str | None, n: int) -> tuple[float, float, str]:
     return float(took), float(grew), kind
 
 
-def wait_healthy(url: str, seconds: float) -> None:
-    """Until ``url`` answers 200 (the proxy's /healthz, the fake upstream's /v1/models)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} did not start")
-
-
-@contextmanager
-def process(cmd: list[str], src: str | None, url: str) -> Iterator[int]:
-    proc = subprocess.Popen(
-        cmd,
-        env=env_for(src),
-        cwd=src or str(ROOT),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_healthy(url, 120.0)
-        yield proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10.0)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def ask(client: httpx.Client, url: str, text: str) -> int:
     body = {"model": "m", "messages": [{"role": "user", "content": text}]}
     return client.post(url + CHAT, json=body, timeout=120.0).status_code
@@ -132,7 +73,7 @@ def long_prompts(upstream: str, src: str | None, n: int, mib: float) -> tuple[fl
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "cachekit", "serve", "--port", str(port), "--upstream", upstream]
     filler = "lorem ipsum dolor sit amet " * int(mib * 2**20 / 27)
-    with process(cmd, src, url + "/healthz") as pid, httpx.Client() as client:
+    with serving(cmd, url + "/healthz", src) as pid, httpx.Client() as client:
         ask(client, url, "warm up the model")
         before = peak = rss_mib(pid)
         t0 = time.perf_counter()
@@ -155,7 +96,7 @@ def main() -> None:
     port = free_port()
     upstream = f"http://127.0.0.1:{port}"
     fake = [sys.executable, "-m", "cachekit.proxy.testing", "--port", str(port)]
-    with RedisServer() as redis, process(fake, None, upstream + "/v1/models"):
+    with RedisServer() as redis, serving(fake, upstream + "/v1/models"):
         for r in range(args.rounds):
             for name, src in srcs.items():
                 took, grew, kind = decode(redis.url, src, args.forged_mib * 2**20)

@@ -25,6 +25,7 @@ from cachekit.types import CacheKey, Found, LookupResult, Status
 if TYPE_CHECKING:
     from cachekit.protocols import StorageTier
     from cachekit.semantic.arbiter import Label
+    from cachekit.storage.base import SharedTier
     from cachekit.storage.memory import MemoryStore
     from cachekit.types import Envelope
 
@@ -255,7 +256,9 @@ class Cache:
         return self.engine.l1
 
     @property
-    def l2(self) -> StorageTier | None:
+    def l2(self) -> SharedTier | None:
+        """The shared tier (a plain ``StorageTier`` passed as ``l2`` comes back wrapped in a
+        :class:`~cachekit.storage.base.PlainTier`)."""
         return self.engine.l2
 
     # ------------------------------------------------------------------ lifecycle
