@@ -67,8 +67,8 @@ class _Keys:
         self.shape = self.normalize.positional_fast_path if key is None else None
         # What a key error calls each value: the parameter, or the key function's result.
         self.names: tuple[str, ...] = self.normalize.value_names if key is None else ("key",)
-        self.first_default, self.nparams, self.defaults = (
-            self.shape if self.shape is not None else (0, -1, ())
+        self.first_default, self.nparams, self.defaults, _ = (
+            self.shape if self.shape is not None else (0, -1, (), -1)
         )
         # Local key -> full key. The digest is a pure function of the arguments and, with the
         # key string, costs microseconds: a large share of an L2 hit. A memoized key is re-made

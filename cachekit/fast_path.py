@@ -21,8 +21,9 @@ from cachekit.types import Envelope
 __all__ = ["HIT_SAMPLE_EVERY", "KeyShape", "l1_fast_path"]
 
 #: The positional fast path of a decorated function, from ``ArgNormalizer.positional_fast_path``:
-#: (fewest positional arguments, most positional arguments, the defaults filling the rest).
-KeyShape = tuple[int, int, tuple[Any, ...]]
+#: (fewest positional arguments, most positional arguments, the defaults filling the rest, the
+#: argument count that needs no filling or -1).
+KeyShape = tuple[int, int, tuple[Any, ...], int]
 
 #: L1 hit latency is recorded for one fast-path hit in this many (a power of two): timing every
 #: hit would cost more than the rest of the hit path.
@@ -46,7 +47,7 @@ def l1_fast_path(
     from ``local_key_of(args, kwargs)``. Every attribute lookup here shows in the hit cost,
     hence the local names."""
     l1_item = l1.getitem if l1 is not None else None
-    first_default, nparams, defaults = shape if shape is not None else (0, -1, ())
+    first_default, nparams, defaults, whole = shape if shape is not None else (0, -1, (), -1)
     # Argument-type signatures known to be all scalars: tested inline first, since even the
     # call to all_scalar shows in the hit cost.
     scalar_sigs = SCALAR_SIGNATURES
@@ -62,7 +63,7 @@ def l1_fast_path(
             return on_miss(args, kwargs)
         n = len(args)
         if not kwargs and first_default <= n <= nparams:
-            values = args if n == nparams else args + defaults[n:]
+            values = args if n == whole else args + defaults[n:]
             types = tuple(map(type, values))
             lk: Hashable | None = None
             if types in scalar_sigs:

@@ -462,8 +462,10 @@ _EMPTY = inspect.Parameter.empty
 class ArgNormalizer:
     """Maps ``(args, kwargs)`` of calls to one function onto a canonical tuple of values in
     parameter order, with defaults applied, so ``f(1, b=2)``, ``f(b=2, a=1)`` and ``f(1, 2)``
-    give the same key. The common call shape (all positional, or positional + defaults) takes a
-    fast path with no ``inspect`` work."""
+    give the same key. Calls with positional arguments only (keyword-only parameters left to
+    their defaults) take a fast path with no binding; calls with keyword arguments are bound by
+    a table of parameter positions; only functions with ``*args``/``**kwargs`` and calls that
+    do not match the signature go through ``inspect``."""
 
     def __init__(self, fn: Callable[..., Any], ignore: tuple[str, ...] = ()) -> None:
         sig = inspect.signature(fn)
@@ -473,30 +475,75 @@ class ArgNormalizer:
         if unknown:
             raise ValueError(f"ignore names parameters {sorted(unknown)} that {fn!r} does not have")
         self._ignore = frozenset(ignore)
-        simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-        self._fast = simple and not self._ignore
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        keyword_only = [p for p in params if p.kind is p.KEYWORD_ONLY]
+        #: No ``*args``/``**kwargs``: every call binds by the table below.
+        self._bindable = len(positional) + len(keyword_only) == len(params)
         self._defaults = tuple(p.default for p in params)
-        self._nparams = len(params)
+        self._max_positional = len(positional)
         self._first_default = next(
-            (i for i, p in enumerate(params) if p.default is not _EMPTY), len(params)
+            (i for i, p in enumerate(positional) if p.default is not _EMPTY), len(positional)
         )
+        # Positional calls need no binding when keyword-only parameters all have defaults.
+        self._fast = (
+            self._bindable
+            and not self._ignore
+            and all(p.default is not _EMPTY for p in keyword_only)
+        )
+        # A call with every positional argument is its own values only without keyword-only
+        # parameters (-1: never).
+        self._whole = len(positional) if not keyword_only else -1
+        self._position = {
+            p.name: i for i, p in enumerate(params) if p.kind is not p.POSITIONAL_ONLY
+        }
+        self._required = [i for i, p in enumerate(params) if p.default is _EMPTY]
+        self._kept = [i for i, p in enumerate(params) if p.name not in self._ignore]
         #: The parameter name of each value in what a call returns (ignored ones left out): pass
         #: it to ``stable_digest(values, names=...)`` so a refused argument is named.
         self.value_names = tuple(p.name for p in params if p.name not in self._ignore)
-        #: (first index with a default, parameter count, defaults) when calls with positional
-        #: arguments only can skip binding; None otherwise.
-        self.positional_fast_path = (
-            (self._first_default, self._nparams, self._defaults) if self._fast else None
+        #: (first positional index with a default, most positional arguments, every
+        #: parameter's default, the argument count that is all the values or -1) when calls
+        #: with positional arguments only can skip binding: their values are ``args`` when
+        #: ``len(args)`` is the fourth, else ``args + defaults[len(args):]``. None otherwise.
+        self.positional_fast_path: tuple[int, int, tuple[Any, ...], int] | None = (
+            (self._first_default, self._max_positional, self._defaults, self._whole)
+            if self._fast
+            else None
         )
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         if self._fast and not kwargs:
             n = len(args)
-            if n == self._nparams:
+            if n == self._whole:
                 return args
-            if self._first_default <= n < self._nparams:
+            if self._first_default <= n <= self._max_positional:
                 return args + self._defaults[n:]
+        if self._bindable:
+            values = self._bind(args, kwargs)
+            if values is not None:
+                return values
         return self._slow(args, kwargs)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The values of a call by the table of parameter positions, or ``None`` when the call
+        does not match the signature (``_slow`` then raises the error ``inspect`` words)."""
+        n = len(args)
+        if n > self._max_positional:
+            return None
+        values = list(args)
+        values.extend(self._defaults[n:])
+        position = self._position
+        for name, value in kwargs.items():
+            i = position.get(name)
+            if i is None or i < n:  # unknown, positional-only, or given twice
+                return None
+            values[i] = value
+        for i in self._required:
+            if values[i] is _EMPTY:
+                return None
+        if self._ignore:
+            return tuple([values[i] for i in self._kept])
+        return tuple(values)
 
     def _slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         try:

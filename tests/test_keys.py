@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import enum
+import inspect
 import math
 import subprocess
 import sys
@@ -48,6 +49,90 @@ def test_keyword_order_and_defaults_do_not_matter() -> None:
     same = [norm((1,), {}), norm((1, 2), {}), norm((), {"b": 2, "a": 1}), norm((1,), {"c": "x"})]
     assert all(v == same[0] for v in same)
     assert norm((1, 3), {}) != same[0]
+
+
+def _bound(fn: Callable[..., object], args: tuple, kwargs: dict, ignore: tuple = ()) -> tuple:
+    """What ``inspect`` makes of a call: the values ArgNormalizer must agree with."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return tuple(v for k, v in bound.arguments.items() if k not in ignore)
+
+
+def _pos_only(a: int, /, b: int = 2, *, c: int, d: str = "x") -> None: ...
+
+
+def _plain(a: int, b: int = 2, c: float = 0.5) -> None: ...
+
+
+def _kw_defaults(a: int, *, scale: float = 1.0, mode: str = "m") -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "kwargs", "ignore"),
+    [
+        (_plain, (1,), {}, ()),
+        (_plain, (1, 3), {}, ()),
+        (_plain, (1,), {"c": 2.0}, ()),
+        (_plain, (), {"c": 2.0, "a": 5}, ()),
+        (_plain, (1, 2, 3.0), {}, ()),
+        (_plain, (1,), {"b": 9}, ("b",)),
+        (_kw_defaults, (1,), {}, ()),
+        (_kw_defaults, (1,), {"mode": "z"}, ()),
+        (_kw_defaults, (), {"a": 1, "scale": 2.0}, ()),
+        (_pos_only, (1,), {"c": 3}, ()),
+        (_pos_only, (1, 5), {"d": "y", "c": 3}, ("d",)),
+    ],
+)
+def test_bound_values_match_inspect_for_every_call_shape(
+    fn: Callable[..., object], args: tuple, kwargs: dict, ignore: tuple
+) -> None:
+    assert ArgNormalizer(fn, ignore)(args, kwargs) == _bound(fn, args, kwargs, ignore)
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "kwargs"),
+    [
+        (_plain, (1,), {"nope": 1}),  # unknown keyword
+        (_plain, (1,), {"a": 1}),  # given twice
+        (_plain, (), {"b": 1}),  # required missing
+        (_plain, (1, 2, 3, 4), {}),  # too many
+        (_pos_only, (), {"a": 1, "c": 3}),  # positional-only by keyword
+        (_pos_only, (1,), {}),  # keyword-only without a default missing
+        (_kw_defaults, (1, 2.0), {}),  # keyword-only given positionally
+    ],
+)
+def test_calls_that_do_not_match_the_signature_raise_a_clear_type_error(
+    fn: Callable[..., object], args: tuple, kwargs: dict
+) -> None:
+    with pytest.raises(TypeError, match="signature"):
+        ArgNormalizer(fn)(args, kwargs)
+
+
+def test_keyword_only_defaults_take_the_positional_fast_path() -> None:
+    norm = ArgNormalizer(_kw_defaults)
+    assert norm.positional_fast_path == (1, 1, (inspect.Parameter.empty, 1.0, "m"), -1)
+    assert ArgNormalizer(_plain).positional_fast_path == (
+        1,
+        3,
+        (inspect.Parameter.empty, 2, 0.5),
+        3,
+    )
+    assert ArgNormalizer(_pos_only).positional_fast_path is None  # c has no default
+
+
+def test_a_keyword_only_default_is_one_entry_however_it_is_passed() -> None:
+    cache = Cache()
+    calls: list[int] = []
+
+    @cache.cached(ttl=60)
+    def f(a: int, *, scale: float = 1.0) -> float:
+        calls.append(a)
+        return a * scale
+
+    assert f(2) == f(2, scale=1.0) == f(a=2) == 2.0
+    assert f(2, scale=3.0) == 6.0
+    assert calls == [2, 2]
+    assert cache.stats().hits == 2
 
 
 def test_bad_arguments_raise_a_clear_type_error() -> None:
