@@ -150,10 +150,11 @@ def wait_for(condition: Any, deadline_s: float = DEADLINE_S) -> float | None:
 
 def semantic_trials(
     answer: Any, writer: subprocess.Popen[str], trials: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     tier = answer.tier
     out: list[float] = []
     from_call: list[float] = []
+    hit: list[float] = []
     for i in range(trials):
         text = f"how do I renew passport number {uuid.uuid4().hex[:6]} trial {i}"
         id_ = entry_id(answer.scope_key(text), text)
@@ -168,9 +169,10 @@ def semantic_trials(
         out.append(max(0.0, seen - stored))
         from_call.append(seen - called)
         r = answer.lookup(text + " please")
+        hit.append(time.time() - stored)
         if r.status is not Status.SEMANTIC_HIT:
             raise RuntimeError(f"trial {i}: paraphrase not a semantic hit ({r.status})")
-    return out, from_call
+    return out, from_call, hit
 
 
 def invalidation_trials(
@@ -252,9 +254,11 @@ def one_run(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
         assert answer.tier.wait_ready(30)
         # The reader's first entry in a new scope (it creates the scope's index), timed on its
         # own: the trials below measure entries in a scope both replicas hold.
-        out["first"], out["first_call"] = semantic_trials(answer, writer, 1)
+        out["first"], out["first_call"], out["first_hit"] = semantic_trials(answer, writer, 1)
         if "semantic" in parts or "hits" in parts:
-            out["sem"], out["sem_call"] = semantic_trials(answer, writer, args.trials)
+            out["sem"], out["sem_call"], out["sem_hit"] = semantic_trials(
+                answer, writer, args.trials
+            )
         if "invalidation" in parts:
             out["inv"] = invalidation_trials(exact, cache, writer, args.trials)
         if "hits" in parts:
@@ -283,8 +287,12 @@ def ms(xs: list[float]) -> str:
 LABELS = {
     "first": "first semantic entry of a new scope on the other replica, after put returned",
     "first_call": "... after put was called",
+    "first_hit": "... its paraphrase served as a semantic hit by the other replica, after put "
+    "returned (the reader's lookup, its embedding included)",
     "sem": "semantic entry on the other replica, after the writer's put returned",
     "sem_call": "... after the writer's put was called (its embedding included)",
+    "sem_hit": "... its paraphrase served as a semantic hit by the other replica, after put "
+    "returned",
     "inv": "invalidation out of the other replica's L1, after the call",
     "dem_call": "demotion on the other replica, after the writer's feedback was called",
     "dem_return": "... after the writer's feedback returned",

@@ -398,6 +398,25 @@ async def test_llm_cache_exact_only_requests(llm: LLMCache, mode: str) -> None:
     assert (await _lookup(llm, mode, near, "t")).status is Status.MISS
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_unknown_llm_cache_options_are_refused_by_name(mode: str) -> None:
+    llm = LLMCache(Cache(), semantic=False)
+    try:
+        with pytest.raises(TypeError, match=r"unknown keyword arguments \['max_agee'\]"):
+            if mode == "sync":
+                llm.lookup(chat("hi"), "t", max_agee=5)  # type: ignore[call-arg]
+            else:
+                await llm.alookup(chat("hi"), "t", max_agee=5)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"\['min_similarity'\]"):
+            if mode == "sync":
+                llm.store(chat("hi"), completion(), "t", min_similarity=0.9)  # type: ignore[call-arg]
+            else:
+                await llm.astore(chat("hi"), completion(), "t", min_similarity=0.9)  # type: ignore[call-arg]
+        assert llm.lookup(chat("hi"), "t").status is Status.MISS  # nothing was stored
+    finally:
+        llm.close()
+
+
 def test_llm_cache_redis_down_is_a_miss() -> None:
     cache = Cache(redis_url="redis://127.0.0.1:1/0", redis_timeout=0.02)
     llm = LLMCache(cache, semantic=False)

@@ -35,7 +35,15 @@ from cachekit.llm.rules import (
     semantic_text,
     validate_request,
 )
-from cachekit.llm.store import CacheLookup, LLMCache, LLMCacheConfig, build_cache
+from cachekit.llm.store import (
+    CacheLookup,
+    LLMCache,
+    LLMCacheConfig,
+    LookupOptions,
+    StoreOptions,
+    Where,
+    build_cache,
+)
 from cachekit.llm.streaming import (
     DONE,
     StreamAssembler,
@@ -57,11 +65,14 @@ __all__ = [
     "LLMCache",
     "LLMCacheConfig",
     "LLMRequest",
+    "LookupOptions",
     "Price",
     "PriceTable",
     "RequestError",
+    "StoreOptions",
     "StreamAssembler",
     "TenantResolver",
+    "Where",
     "bearer_token",
     "build_cache",
     "cacheable_response",

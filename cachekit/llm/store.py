@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from cachekit.cache import Cache, Status
 from cachekit.llm.prices import PriceTable
@@ -28,12 +28,23 @@ from cachekit.llm.validate import check_response
 from cachekit.sansio import Core, adrive, drive
 from cachekit.types import LookupResult
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["CacheLookup", "LLMCache", "LLMCacheConfig", "build_cache"]
+__all__ = [
+    "CacheLookup",
+    "LLMCache",
+    "LLMCacheConfig",
+    "LookupOptions",
+    "StoreOptions",
+    "Where",
+    "build_cache",
+]
 
 log = logging.getLogger("cachekit.llm")
 
@@ -65,6 +76,56 @@ class CacheLookup(NamedTuple):
 
 
 _MISS = CacheLookup(Status.MISS)
+
+
+class Where(TypedDict, total=False):
+    """Where a request body's entries live (a prepared :class:`LLMRequest` carries its own):
+    ``endpoint`` (default ``/v1/chat/completions``) and the caller's cache ``namespace``."""
+
+    endpoint: str
+    namespace: str
+
+
+class LookupOptions(Where, total=False):
+    """Keyword options of :meth:`LLMCache.lookup`: :class:`Where`, and ``max_age`` (only
+    entries younger than that, in seconds), ``min_similarity`` (a semantic hit must reach it as
+    well as the policy's own bar: it can only raise the bar), ``semantic`` (``False``: exact
+    entries only)."""
+
+    max_age: float | None
+    min_similarity: float | None
+    semantic: bool
+
+
+class StoreOptions(Where, total=False):
+    """Keyword options of :meth:`LLMCache.store`: :class:`Where`, and ``ttl`` (seconds; ``None``:
+    the cache's), ``semantic`` (``False``: no semantic entry)."""
+
+    ttl: float | None
+    semantic: bool
+
+
+def _check_options(what: str, options: Mapping[str, Any], allowed: Any) -> None:
+    unknown = sorted(set(options) - allowed.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"LLMCache.{what}() got unknown keyword arguments {unknown}; "
+            f"known: {sorted(allowed.__optional_keys__)}"
+        )
+
+
+def _where(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: options[k] for k in ("endpoint", "namespace") if k in options}
+
+
+def _lookup_failed(exc: Exception) -> CacheLookup:
+    log.warning("LLM cache lookup failed (served as a miss): %r", exc)
+    return _MISS
+
+
+def _store_failed(exc: Exception) -> bool:
+    log.warning("LLM cache store failed: %r", exc)
+    return False
 
 
 @dataclass
@@ -421,90 +482,86 @@ class LLMCache:
         found = await self.cache.engine.alookup_one(self.cache.kv_key(key), count=False)
         return found.env.value if found.status is Status.HIT and found.env else None
 
-    # ------------------------------------------------------------------ sync
+    # ------------------------------------------------------------------ lookups and stores
+
+    def _lookup_of(
+        self, request: Mapping[str, Any] | LLMRequest, tenant: str | None, options: Any
+    ) -> Core[CacheLookup]:
+        _check_options("lookup", options, LookupOptions)
+        req = self.request(request, tenant, **_where(options))
+        return self._lookup_core(
+            req,
+            options.get("max_age"),
+            options.get("min_similarity"),
+            options.get("semantic", True),
+        )
+
+    def _store_of(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        response: Mapping[str, Any],
+        tenant: str | None,
+        options: Any,
+    ) -> Core[bool]:
+        _check_options("store", options, StoreOptions)
+        req = self.request(request, tenant, **_where(options))
+        return self._store_core(req, response, options.get("ttl"), options.get("semantic", True))
 
     def lookup(
         self,
         request: Mapping[str, Any] | LLMRequest,
         tenant: str | None = None,
-        *,
-        endpoint: str = CHAT,
-        namespace: str = "",
-        max_age: float | None = None,
-        min_similarity: float | None = None,
-        semantic: bool = True,
+        **options: Unpack[LookupOptions],
     ) -> CacheLookup:
-        """Exact entry first, then (for requests with a semantic text) the semantic tier.
-        ``max_age``: only entries younger than that (s). ``min_similarity``: a semantic hit
-        must reach it as well as the policy's own bar (it can only raise the bar)."""
-        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
-        core = self._lookup_core(req, max_age, min_similarity, semantic)
+        """Exact entry first, then (for requests with a semantic text) the semantic tier; see
+        :class:`LookupOptions`. A failing cache is a miss, never an error."""
+        core = self._lookup_of(request, tenant, options)
         try:
             return drive(core, self._op_tables[0])
         except Exception as exc:  # the cache must never fail the caller
-            log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
-            return _MISS
+            return _lookup_failed(exc)
+
+    async def alookup(
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None = None,
+        **options: Unpack[LookupOptions],
+    ) -> CacheLookup:
+        """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
+        core = self._lookup_of(request, tenant, options)
+        try:
+            return await adrive(core, self._op_tables[1])
+        except Exception as exc:
+            return _lookup_failed(exc)
 
     def store(
         self,
         request: Mapping[str, Any] | LLMRequest,
         response: Mapping[str, Any],
         tenant: str | None = None,
-        *,
-        endpoint: str = CHAT,
-        namespace: str = "",
-        ttl: float | None = None,
-        semantic: bool = True,
+        **options: Unpack[StoreOptions],
     ) -> bool:
-        """Store a complete response (check it with :func:`rules.cacheable_response` first).
-        Returns whether the exact entry was written."""
-        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        """Store a complete response (check it with :func:`rules.cacheable_response` first);
+        see :class:`StoreOptions`. Returns whether the exact entry was written."""
+        core = self._store_of(request, response, tenant, options)
         try:
-            return drive(self._store_core(req, response, ttl, semantic), self._op_tables[0])
+            return drive(core, self._op_tables[0])
         except Exception as exc:
-            log.warning("cachekit: LLM cache store failed: %r", exc)
-            return False
-
-    # ------------------------------------------------------------------ async
-
-    async def alookup(
-        self,
-        request: Mapping[str, Any] | LLMRequest,
-        tenant: str | None = None,
-        *,
-        endpoint: str = CHAT,
-        namespace: str = "",
-        max_age: float | None = None,
-        min_similarity: float | None = None,
-        semantic: bool = True,
-    ) -> CacheLookup:
-        """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
-        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
-        core = self._lookup_core(req, max_age, min_similarity, semantic)
-        try:
-            return await adrive(core, self._op_tables[1])
-        except Exception as exc:
-            log.warning("cachekit: LLM cache lookup failed (served as a miss): %r", exc)
-            return _MISS
+            return _store_failed(exc)
 
     async def astore(
         self,
         request: Mapping[str, Any] | LLMRequest,
         response: Mapping[str, Any],
         tenant: str | None = None,
-        *,
-        endpoint: str = CHAT,
-        namespace: str = "",
-        ttl: float | None = None,
-        semantic: bool = True,
+        **options: Unpack[StoreOptions],
     ) -> bool:
         """:meth:`store` for asyncio callers."""
-        req = self.request(request, tenant, endpoint=endpoint, namespace=namespace)
+        core = self._store_of(request, response, tenant, options)
         try:
-            return await adrive(self._store_core(req, response, ttl, semantic), self._op_tables[1])
+            return await adrive(core, self._op_tables[1])
         except Exception as exc:
-            log.warning("cachekit: LLM cache store failed: %r", exc)
-            return False
+            return _store_failed(exc)
 
     # ------------------------------------------------------------------ feedback
 

@@ -250,8 +250,6 @@ class Proxy:
                 type="cache_miss",
                 code="not_cached",
             )
-        if req.stream and endpoint != EMBEDDINGS:
-            return await self._stream_miss(request, req, raw, controls, outcome)
         return await self._miss(request, req, raw, controls, outcome)
 
     def _hit(self, req: LLMRequest, found: CacheLookup, label: str, t0: float) -> Response:
@@ -345,23 +343,22 @@ class Proxy:
         controls: Controls,
         outcome: dict[str, str],
     ) -> Response:
-        assert self.client is not None
-        url = self.upstream + req.endpoint
-        headers = forward_headers(request.headers, identity=True)
-        inflight = self.metrics.inflight
-        inflight.enter()
+        """Ask the upstream, answer the client, and store the answer when it may be: a whole
+        response after it was sent, a stream (relayed event by event) once it completed."""
+        stream = req.stream and req.endpoint != EMBEDDINGS
+        inject = stream and self.config.proxy.stream_usage and not req.include_usage
+        content = raw
+        if inject:  # ask for usage (tokens saved are counted from it), and drop it on the way
+            so = req.body.get("stream_options") or {}
+            content = _dumps({**req.body, "stream_options": {**so, "include_usage": True}})
         t0 = time.perf_counter()
-        try:
-            resp = await self.client.post(url, content=raw, headers=headers)
-        except httpx.HTTPError as exc:
-            return self._upstream_error(exc)
-        finally:
-            inflight.leave()
-            self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-                time.perf_counter() - t0
-            )
+        resp = await self._send(request, req, content, stream, t0)
+        if isinstance(resp, Response):
+            return resp
         out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
+        if stream:
+            return await self._relay_response(req, resp, inject, controls, out, t0)
         task = None
         if len(resp.content) > self.config.proxy.max_answer_bytes:
             self.metrics.not_stored.labels("too_large").inc()
@@ -370,6 +367,36 @@ class Proxy:
                 self._store_answer, req, resp.status_code, resp.content, controls.ttl
             )
         return Response(resp.content, status_code=resp.status_code, headers=out, background=task)
+
+    async def _send(
+        self, request: Request, req: LLMRequest, content: bytes, stream: bool, t0: float
+    ) -> httpx.Response | Response:
+        """POST ``content`` to ``req``'s endpoint upstream, counted in flight: the upstream's
+        response (a stream is left in flight for its relay to release), or the error response
+        to send when the upstream could not be asked."""
+        assert self.client is not None
+        upstream_req = self.client.build_request(
+            "POST",
+            self.upstream + req.endpoint,
+            content=content,
+            headers=forward_headers(request.headers, identity=True),
+        )
+        self.metrics.inflight.enter()
+        try:
+            resp = await self.client.send(upstream_req, stream=stream)
+        except httpx.HTTPError as exc:
+            self._left(req, t0)
+            return self._upstream_error(exc)
+        if not stream:
+            self._left(req, t0)
+        return resp
+
+    def _left(self, req: LLMRequest, t0: float) -> None:
+        """One upstream call ended: out of the in-flight gauge, its latency recorded."""
+        self.metrics.inflight.leave()
+        self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
+            time.perf_counter() - t0
+        )
 
     async def _store_answer(
         self, req: LLMRequest, status: int, content: bytes, ttl: float | None
@@ -390,36 +417,17 @@ class Proxy:
         if await self.llm.astore(req, body, ttl=ttl):
             self.metrics.stored.inc()
 
-    async def _stream_miss(
+    async def _relay_response(
         self,
-        request: Request,
         req: LLMRequest,
-        raw: bytes,
+        resp: httpx.Response,
+        drop_usage: bool,
         controls: Controls,
-        outcome: dict[str, str],
+        out: dict[str, str],
+        t0: float,
     ) -> Response:
-        assert self.client is not None
-        inject = self.config.proxy.stream_usage and not req.include_usage
-        content = raw
-        if inject:
-            so = req.body.get("stream_options") or {}
-            content = _dumps({**req.body, "stream_options": {**so, "include_usage": True}})
-        upstream_req = self.client.build_request(
-            "POST",
-            self.upstream + req.endpoint,
-            content=content,
-            headers=forward_headers(request.headers, identity=True),
-        )
-        inflight = self.metrics.inflight
-        inflight.enter()
-        t0 = time.perf_counter()
-        try:
-            resp = await self.client.send(upstream_req, stream=True)
-        except httpx.HTTPError as exc:
-            inflight.leave()
-            return self._upstream_error(exc)
-        out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
-        out.update(outcome)
+        """The client's response to an upstream stream: relayed (and stored once complete)
+        when it succeeded, else the upstream's error body as it came."""
         if not 200 <= resp.status_code < 300:
             try:
                 data = await resp.aread()
@@ -427,11 +435,11 @@ class Proxy:
                 return self._upstream_error(exc)
             finally:
                 await resp.aclose()
-                inflight.leave()
+                self._left(req, t0)
             self.metrics.not_stored.labels("status").inc()
             return Response(data, status_code=resp.status_code, headers=out)
         release = self._releaser(req, resp, t0)
-        relay = self._relay(req, resp, inject, controls, release)
+        relay = self._relay(req, resp, drop_usage, controls, release)
         return _RelayResponse(relay, release, status_code=resp.status_code, headers=out)
 
     def _releaser(
@@ -450,10 +458,7 @@ class Proxy:
             try:
                 await resp.aclose()
             finally:
-                self.metrics.inflight.leave()
-                self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-                    time.perf_counter() - t0
-                )
+                self._left(req, t0)
 
         return release
 
