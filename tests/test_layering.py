@@ -83,7 +83,8 @@ LAYERS: dict[str, int] = {
     "cachekit.replay": APPLICATIONS,
     "cachekit.adapters": APPLICATIONS,
     "cachekit.cli": APPLICATIONS,
-    "cachekit.labels": APPLICATIONS,  # `cachekit export-labels`
+    "cachekit.labels": APPLICATIONS,
+    "cachekit.policy_options": APPLICATIONS,  # --policy and its setting, for serve and replay
     "cachekit.demo": APPLICATIONS,
     "cachekit.__main__": APPLICATIONS,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,59 @@ def test_serve_builds_a_policy_named_module_callable() -> None:
         llm.close()
     with pytest.raises(ValueError, match="cannot be imported"):
         ProxyConfig.load(None, {"upstream": "http://up:1", "policy": "nowhere.at.all:f"})
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (
+            ["--max-error", "0.05"],
+            "--max-error is the error-bounded policy's setting, but the "
+            "policy is threshold: add --policy error-bounded",
+        ),
+        (
+            ["--policy", "verified", "--threshold", "0.9"],
+            "use --policy-setting, or --min-probability",
+        ),
+        (
+            ["--policy", "threshold", "--min-probability", "0.9"],
+            "add --policy verified|the policy is threshold",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "replay"])
+def test_a_setting_of_another_policy_is_refused_with_the_fix(
+    command: str, flags: list[str], expected: str, tmp_path: Any, capsys: Any
+) -> None:
+    """Both commands share the policy options and check them together: a setting is never read
+    as another policy's number (``--max-error 0.05`` alone ran a threshold of 0.05)."""
+    from cachekit.cli import main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("")
+    first = ["serve", "--upstream", "http://up:1"] if command == "serve" else ["replay", str(log)]
+    try:
+        code = main([*first, *flags])
+    except SystemExit as exc:  # serve reports through argparse
+        code = exc.code
+    assert code == 2
+    assert re.search(expected, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("flags", "policy", "threshold", "setting"),
+    [
+        ([], None, None, None),
+        (["--threshold", "0.9"], None, 0.9, None),
+        (["--policy", "error-bounded", "--max-error", "0.05"], "error-bounded", None, 0.05),
+        (["--policy", "verified", "--min-probability", "0.8"], "verified", None, 0.8),
+        (["--policy", "error-bounded", "--policy-setting", "0.02"], "error-bounded", None, 0.02),
+    ],
+)
+def test_serve_maps_the_policy_options_onto_its_config(
+    flags: list[str], policy: str | None, threshold: float | None, setting: float | None
+) -> None:
+    args = build_parser().parse_args(["serve", "--upstream", "http://up:1", *flags])
+    cache = config_from_args(args).cache
+    assert (cache.threshold, cache.policy_setting) == (threshold, setting)
+    assert cache.policy == (policy or "threshold")

@@ -630,6 +630,8 @@ def test_max_error_flag_sets_the_error_bounded_policy(tmp_path: Path) -> None:
     assert (args.policy, args.max_error, args.threshold) == ("error-bounded", 0.03, None)
     with pytest.raises(SystemExit):  # one setting: --threshold, --max-error or --sweep
         build_parser().parse_args(["replay", log, "--threshold", "0.9", "--max-error", "0.1"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["replay", log, "--sweep", "0.1:0.2:0.1", "--max-error", "0.1"])
 
 
 def test_config_names_its_policy_and_refuses_unknown_ones() -> None:

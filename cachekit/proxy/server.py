@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any
 
+from cachekit.policy_options import add_policy_arguments, policy_and_setting
 from cachekit.proxy.config import ENV_VAR, ProxyConfig
 
 __all__ = ["add_arguments", "config_from_args", "serve"]
@@ -29,13 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     redis = parser.add_mutually_exclusive_group()
     redis.add_argument("--redis-url", help="share entries through this Redis")
     redis.add_argument("--redis-cluster-url", help="share entries through this Redis Cluster")
-    a("--threshold", type=float, help="semantic similarity bar in (0, 1] (default: library's)")
-    a("--policy", help="semantic hit policy: threshold (default), verified or error-bounded")
-    a(
-        "--policy-setting",
-        type=float,
-        help="the policy's setting (verified: minimum probability; error-bounded: max error)",
-    )
+    add_policy_arguments(parser)
     a("--namespace", help="cache namespace (default llm)")
     a("--ttl", type=float, help="seconds an entry lives (default 3600)")
     a("--no-semantic", action="store_true", help="exact hits only (no embedding model)")
@@ -80,17 +75,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The settings of ``args`` over the config file's; ValueError for options that do not go
+    together."""
+    policy, setting = policy_and_setting(args)
     overrides: dict[str, Any] = {
         "upstream": args.upstream,
         "host": args.host,
         "port": args.port,
         "redis_url": args.redis_url,
         "redis_cluster_url": args.redis_cluster_url,
-        "threshold": args.threshold,
+        "threshold": setting if policy == "threshold" else None,
         "namespace": args.namespace,
         "ttl": args.ttl,
         "policy": args.policy,
-        "policy_setting": args.policy_setting,
+        "policy_setting": setting if policy != "threshold" else None,
         "workers": args.workers,
         "max_body_bytes": args.max_body_bytes,
         "header_timeout": args.header_timeout,

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cachekit.policy_options import add_policy_arguments, policy_and_setting
+
 __all__ = ["add_parser", "parse_sweep", "run"]
 
 _MAX_SWEEP_POINTS = 200
@@ -64,16 +66,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--truth", metavar="TRUTH.jsonl", help="ground truth: judge every hit")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
-        "--threshold",
-        type=float,
-        metavar="T",
-        help="the policy's setting (default: the library default)",
-    )
-    which.add_argument(
         "--sweep",
         type=parse_sweep,
         metavar="START:STOP:STEP",
-        help="replay at every setting from START to STOP",
+        help="replay at every setting of the policy from START to STOP",
     )
     p.add_argument(
         "--no-slot-guard",
@@ -88,19 +84,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "operating point is the default threshold), or module:callable (default: the bundled "
         "model), as for `cachekit serve --embedder`",
     )
-    p.add_argument(
-        "--policy",
-        default="threshold",
-        metavar="NAME",
-        help="hit policy: threshold, verified or error-bounded (default: threshold)",
-    )
-    which.add_argument(
-        "--max-error",
-        type=float,
-        metavar="DELTA",
-        help="with --policy error-bounded: the bound on wrong hits per request "
-        "(the policy's setting, like --threshold)",
-    )
+    add_policy_arguments(p, which)
     p.add_argument(
         "--tenant-field",
         default="metadata.tenant",
@@ -164,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from cachekit.replay.runner import ReplayOptions, run_replay
 
     try:
+        policy, setting = policy_and_setting(args)
         config = LLMCacheConfig.from_toml(args.config) if args.config else None
         if args.no_slot_guard:
             config = dataclasses.replace(config or LLMCacheConfig(), slot_guard=False)
@@ -173,9 +158,9 @@ def run(args: argparse.Namespace) -> int:
                 args.outputs,
                 args.truth,
                 ReplayOptions(
-                    setting=args.threshold if args.max_error is None else args.max_error,
+                    setting=setting,
                     sweep=args.sweep or (),
-                    policy=args.policy,
+                    policy=policy,
                     tenant_field=args.tenant_field,
                     prices_path=args.prices,
                     rate=args.rate,
