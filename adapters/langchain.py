@@ -22,18 +22,29 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
-from langchain_core.load import dumps, loads
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    ChatMessage,
-    FunctionMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
+from cachekit.extras import require
+
+try:
+    from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
+    from langchain_core.load import dumps, loads
+    from langchain_core.messages import (
+        AIMessage,
+        AIMessageChunk,
+        ChatMessage,
+        FunctionMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.outputs import (
+        ChatGeneration,
+        ChatGenerationChunk,
+        Generation,
+        GenerationChunk,
+    )
+except ImportError:  # name the extra and its install command (the import error is chained)
+    require("langchain_core", extra="langchain", feature="cachekit.adapters.langchain")
+    raise
 
 from cachekit.cache import Cache
 

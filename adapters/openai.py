@@ -24,9 +24,15 @@ import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-import openai
-from openai.types import CreateEmbeddingResponse
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from cachekit.extras import require
+
+try:
+    import openai
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+except ImportError:  # name the extra and its install command (the import error is chained)
+    require("openai", extra="openai", feature="cachekit.adapters.openai")
+    raise
 
 from cachekit.cache import Cache
 from cachekit.llm import (

@@ -30,8 +30,12 @@ from _servers import RedisServer
 from cachekit import Cache
 
 
-def bound(f: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
-    """``f(*args)`` as a function of nothing, for timeit."""
+def bound(
+    f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> Callable[[], Any]:
+    """``f(*args, **kwargs)`` as a function of nothing, for timeit."""
+    if kwargs:
+        return lambda: f(*args, **kwargs)
     return lambda: f(*args)
 
 
@@ -87,18 +91,26 @@ def main() -> None:
     def frozen_model(features: object, model: str = "v1") -> tuple[object, ...]:
         return frozen
 
+    def keyword_only(x: object, *, scale: float = 1.0) -> tuple[object, ...]:
+        return frozen
+
     cache = Cache()
-    for label, fn, call_args in (
-        ("`f(42)`, immutable value", frozen_model, (42,)),
-        ("`f(0.5)`, immutable value", frozen_model, (0.5,)),
-        ("`f(42)`, dict value (copied)", model, (42,)),
-        ("tuple of 8 floats, dict value (copied)", model, (features,)),
-    ):
+    cases: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
+        ("`f(1)`, a keyword-only default, immutable value", keyword_only, (1,), {}),
+        ("`f(1, scale=2.0)`, immutable value", keyword_only, (1,), {"scale": 2.0}),
+        ("`f(42)`, immutable value", frozen_model, (42,), {}),
+        ("`f(0.5)`, immutable value", frozen_model, (0.5,), {}),
+        ("`f(42)`, dict value (copied)", model, (42,), {}),
+        ("tuple of 8 floats, dict value (copied)", model, (features,), {}),
+    ]
+    for label, fn, call_args, call_kwargs in cases:
         ours: Callable[..., Any] = cache.cached(ttl=300)(fn)
         theirs: Callable[..., Any] = cachetools.cached(
             cachetools.TTLCache(maxsize=10_000, ttl=300)
         )(fn)
-        t_ours, t_theirs = paired(bound(ours, call_args), bound(theirs, call_args), number, reps)
+        t_ours, t_theirs = paired(
+            bound(ours, call_args, call_kwargs), bound(theirs, call_args, call_kwargs), number, reps
+        )
         rows.append(
             row(f"L1 hit, {label}", t_ours, "cachetools.cached (TTLCache)", t_theirs, "<= 1.5x")
         )

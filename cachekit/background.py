@@ -72,7 +72,7 @@ class BackgroundRefresh:
                 work()
                 ok = True
             except Exception:
-                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
+                log.warning("background refresh failed (old value kept)", exc_info=True)
             finally:
                 self._done(token, ok)
 
@@ -90,7 +90,7 @@ class BackgroundRefresh:
                 await work()
                 ok = True
             except Exception:
-                log.warning("cachekit: background refresh failed (old value kept)", exc_info=True)
+                log.warning("background refresh failed (old value kept)", exc_info=True)
             finally:
                 self._done(token, ok)
 
@@ -164,7 +164,7 @@ class WriteBehind:
         try:
             fn(*args)
         except Exception:
-            log.warning("cachekit: feature write-behind failed", exc_info=True)
+            log.warning("feature write-behind failed", exc_info=True)
         finally:
             self._done()
 
@@ -185,7 +185,7 @@ class WriteBehind:
         try:
             await coro
         except Exception:
-            log.warning("cachekit: feature write-behind failed", exc_info=True)
+            log.warning("feature write-behind failed", exc_info=True)
         finally:
             self._done()
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cachekit import labels as labels_cli
 from cachekit._version import __version__
+from cachekit.extras import MissingExtraError, require_installed
 from cachekit.proxy import server as serve_cli
 from cachekit.proxy.config import load_embedder
 from cachekit.replay import cli as replay_cli
@@ -179,6 +180,22 @@ def _tune(args: argparse.Namespace) -> int:
         return 2
 
 
+#: What each command imports, by extra: checked before it starts, so a missing one is named
+#: with its install command instead of ending in a traceback.
+SERVE_NEEDS = (("uvicorn", "proxy"), ("fastapi", "proxy"), ("httpx", "proxy"))
+REPLAY_NEEDS = (("rich", "replay"), ("numpy", "semantic"), ("faiss", "semantic"))
+
+
+def _with_extras(command: str, needs: tuple[tuple[str, str], ...], run: Callable[[], int]) -> int:
+    try:
+        for module, extra in needs:
+            require_installed(module, extra=extra, feature=f"cachekit {command}")
+    except MissingExtraError as exc:
+        print(f"cachekit {command}: {exc}", file=sys.stderr)
+        return 2
+    return run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -187,13 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(semantic=not args.no_semantic)
     if args.command == "replay":
-        return replay_cli.run(args)
+        return _with_extras("replay", REPLAY_NEEDS, lambda: replay_cli.run(args))
     if args.command == "serve":
         try:
             config = serve_cli.config_from_args(args)
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
-        return serve_cli.serve(config)
+        return _with_extras("serve", SERVE_NEEDS, lambda: serve_cli.serve(config))
     if args.command == "train-verifier":
         return _train_verifier(args)
     if args.command == "tune":

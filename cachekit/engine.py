@@ -347,7 +347,7 @@ class Engine:
         except SerializationError as exc:
             l2c.errors += 1
             self.telemetry.serialization_errors += 1
-            log.warning("cachekit: unreadable entry %s treated as a miss: %s", key.remote, exc)
+            log.warning("unreadable entry %s treated as a miss: %s", key.remote, exc)
             return prev
         if env.fresh(now):
             l2c.hits += 1
@@ -508,7 +508,7 @@ class Engine:
                 )
             except SerializationError as exc:
                 self.telemetry.serialization_errors += 1
-                log.warning("cachekit: not caching %s: %s", key.remote, exc)
+                log.warning("not caching %s: %s", key.remote, exc)
                 ok.append(False)
                 continue
             ok.append(True)
@@ -684,7 +684,7 @@ class Engine:
             try:
                 fn()
             except Exception:
-                log.warning("cachekit: error while closing", exc_info=True)
+                log.warning("error while closing", exc_info=True)
         self._close_l2()
 
     def _close_l2(self) -> None:
@@ -692,4 +692,4 @@ class Engine:
             try:
                 self.l2.close()
             except Exception:  # closing a dead connection must not raise either
-                log.debug("cachekit: error closing shared tier", exc_info=True)
+                log.debug("error closing shared tier", exc_info=True)

@@ -28,8 +28,9 @@ def _missing(module: str, extra: str, feature: str) -> MissingExtraError:
     if extra in ("semantic", "gpu", "all"):
         hint = " (install torch==2.13.0 first: a bare torch requirement pulls a CUDA build)"
     return MissingExtraError(
-        f"{feature} needs the {extra!r} extra ({module} is missing): "
-        f"pip install 'cachekit-ml[{extra}]'{hint}"
+        f"{feature} needs the {extra!r} extra ({module} is missing): in a cachekit checkout, "
+        f"pip install -e '.[{extra}]'; from a package index, pip install 'cachekit-ml[{extra}]'"
+        f"{hint}"
     )
 
 

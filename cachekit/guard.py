@@ -180,6 +180,9 @@ class GuardedTier:
         if health.reachable or err is None:
             log.info("shared tier %s reachable", health.target)
             return
+        # This warning names the cause and the fix: the calls failing right after need not
+        # say it again (one warning per WARNING_INTERVAL_S).
+        self._last_warning = time.monotonic()
         log.warning(
             "shared tier %s unreachable: %s (%s). Serving from this process's memory only "
             "meanwhile. Fix: %s",

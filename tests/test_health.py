@@ -73,6 +73,11 @@ def test_bad_port_is_logged_once_with_cause_and_fix(caplog: pytest.LogCaptureFix
     assert f"127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}" in line
     assert "connection refused" in line and "Fix: check the host and port" in line
     assert all("s3cret" not in r.getMessage() for r in caplog.records)
+    # Said once: the calls failing right after the check do not log the failure again, and
+    # no message repeats the logger's name.
+    ours = [r.getMessage() for r in caplog.records if r.name == "cachekit"]
+    assert not [m for m in ours if "served as a miss" in m]
+    assert not [m for m in ours if m.startswith("cachekit:")]
 
 
 def test_cluster_url_on_standalone_server(
@@ -129,7 +134,17 @@ def test_health_check_recovers(redis_server: RedisServer) -> None:
         ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLS handshake"),
         ("Timeout connecting to server", "timeout"),
         ("Error -2 connecting to x.invalid:6379. Name or service not known.", "does not resolve"),
+        ("DB index is out of range", "database number does not exist"),
     ],
 )
 def test_diagnoses(message: str, cause: str) -> None:
     assert cause in diagnose(ConnectionError(message)).cause
+
+
+def test_a_missing_database_number_is_diagnosed_on_a_real_server(redis_url: str) -> None:
+    url = redis_url.rsplit("/", 1)[0] + "/99"
+    with Cache(redis_url=url, redis_timeout=0.5) as cache:
+        h = cache.engine.check_shared_tier()
+    assert h.last_error is not None
+    assert "database number does not exist" in h.last_error.cause
+    assert "below the server's `databases` setting" in h.last_error.fix

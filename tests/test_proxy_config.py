@@ -162,6 +162,7 @@ def test_a_setting_of_another_policy_is_refused_with_the_fix(
     log = tmp_path / "log.jsonl"
     log.write_text("")
     first = ["serve", "--upstream", "http://up:1"] if command == "serve" else ["replay", str(log)]
+    code: object
     try:
         code = main([*first, *flags])
     except SystemExit as exc:  # serve reports through argparse

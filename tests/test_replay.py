@@ -433,6 +433,30 @@ def test_batch_input_without_its_outputs_is_a_usage_error(tmp_path: Path) -> Non
         run_replay(inp, options=_opts())
 
 
+def test_swapped_batch_files_are_a_usage_error_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cachekit.cli import main
+
+    inp, out = write_batch(tmp_path)
+    with pytest.raises(ValueError, match=r"swap them \(cachekit replay .*in\.jsonl --outputs"):
+        run_replay(out, inp, options=_opts())
+    assert main(["replay", str(out), "--outputs", str(inp), "--quiet"]) == 2
+    assert "swap them" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["", '{"nothing": "here"}\n'])
+def test_a_log_with_no_replayable_request_exits_2(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cachekit.cli import main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(content)
+    assert main(["replay", str(log), "--quiet"]) == 2
+    assert "no request in" in capsys.readouterr().err
+
+
 def test_unknown_policy_is_refused_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown hit policy 'nope'.*threshold"):
         run_replay(tmp_path / "missing.jsonl", options=_opts(policy="nope"))

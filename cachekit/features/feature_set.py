@@ -328,8 +328,7 @@ class FeatureSet:
         n_hits = len(vals) - n_absent - n_failed
         if found and not n_hits:
             log.warning(
-                "cachekit: feature loader %s returned %d ids, none of them requested "
-                "(ids of another type?)",
+                "feature loader %s returned %d ids, none of them requested (ids of another type?)",
                 self._loader_name,
                 len(found),
             )

@@ -381,7 +381,7 @@ class LLMCache:
 
     def _count_malformed(self, key: Any, why: str) -> None:
         self.cache.engine.telemetry.serialization_errors += 1
-        log.warning("cachekit: malformed LLM cache entry %s served as a miss: %s", key, why)
+        log.warning("malformed LLM cache entry %s served as a miss: %s", key, why)
 
     def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
         now = self.cache.clock()

@@ -326,6 +326,13 @@ def _looks_like_batch_input(path: Path) -> bool:
     return False
 
 
+def _looks_like_batch_output(path: Path) -> bool:
+    for _, obj in _json_lines(path):
+        if isinstance(obj, dict):
+            return "custom_id" in obj and "response" in obj and "body" not in obj
+    return False
+
+
 def read_log(
     input_path: str | Path,
     outputs_path: str | Path | None = None,
@@ -335,19 +342,33 @@ def read_log(
 ) -> ParsedLog:
     """Read either format: a Batch API input file with ``outputs_path``, or a records file.
 
-    A Batch API input given without its output file is a usage error (its responses are in the
-    other file), reported as such rather than as thousands of skipped lines."""
+    Usage errors are reported as such rather than as thousands of skipped lines: a Batch API
+    input given without its output file (its responses are in the other file), the two files
+    swapped, and a log with no request that can be replayed (ValueError)."""
     inp = Path(input_path)
     if outputs_path is not None:
-        return read_batch(
-            inp, Path(outputs_path), endpoint_ok=endpoint_ok, tenant_field=tenant_field
-        )
-    if _looks_like_batch_input(inp):
+        out = Path(outputs_path)
+        if _looks_like_batch_output(inp) and _looks_like_batch_input(out):
+            raise ValueError(
+                f"{inp} is a Batch API output file and {out} an input file: swap them "
+                f"(cachekit replay {out} --outputs {inp})"
+            )
+        parsed = read_batch(inp, out, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
+    elif _looks_like_batch_input(inp):
         raise ValueError(
             f"{inp} looks like an OpenAI Batch API input file: pass its output file with "
             "--outputs OUTPUT.jsonl"
         )
-    return read_records(inp, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
+    else:
+        parsed = read_records(inp, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
+    if not parsed.records:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(parsed.skipped.counts.items()))
+        raise ValueError(
+            f"no request in {inp} can be replayed"
+            + (f" ({parsed.skipped.total} lines skipped: {reasons})" if reasons else " (empty)")
+            + "; see docs/replay.md for the two formats it reads"
+        )
+    return parsed
 
 
 def iter_texts(

@@ -309,7 +309,7 @@ class HitArbiter:
         try:
             return self._computed(scope, query, value)
         except Exception:
-            log.warning("cachekit: semantic verdict failed", exc_info=True)
+            log.warning("semantic verdict failed", exc_info=True)
             return None
 
     def _computed(self, scope: str, query: str, value: Any) -> bool | None:
@@ -324,7 +324,7 @@ class HitArbiter:
         try:
             correct = bool(comparator(value, env.value))
         except Exception:
-            log.warning("cachekit: semantic comparator failed; no verdict", exc_info=True)
+            log.warning("semantic comparator failed; no verdict", exc_info=True)
             return None
         self._verdict(check, correct)
         return correct
@@ -380,7 +380,7 @@ class HitArbiter:
         try:
             self.policy.observe(check.query, replace(cand, stats=st), correct)
         except Exception:
-            log.warning("cachekit: hit policy %r failed to observe", self.policy, exc_info=True)
+            log.warning("hit policy %r failed to observe", self.policy, exc_info=True)
         self._announce(cand.entry_id, label, user)
 
     def _announce(self, entry_id: int, label: Label, user: bool) -> None:
@@ -390,13 +390,13 @@ class HitArbiter:
             try:
                 hook(entry_id, label.correct, label.similarity, user)
             except Exception:
-                log.warning("cachekit: sharing a semantic verdict failed", exc_info=True)
+                log.warning("sharing a semantic verdict failed", exc_info=True)
         on_label = self.on_label
         if on_label is not None:
             try:
                 on_label(label)
             except Exception:
-                log.warning("cachekit: sharing a semantic label failed", exc_info=True)
+                log.warning("sharing a semantic label failed", exc_info=True)
 
     def labels(self) -> list[Label]:
         """The last ``labels_max`` (:data:`LABELS_MAX`) verdicts as labelled pairs, oldest

@@ -362,9 +362,7 @@ class _SemanticCalls:
         # An embedder or index failure costs a miss (the function still runs), never an answer.
         self.tier.count_error()
         self._missed(probe)
-        log.warning(
-            "cachekit: semantic lookup in %s failed (served as a miss): %r", self.fname, exc
-        )
+        log.warning("semantic lookup in %s failed (served as a miss): %r", self.fname, exc)
         return LookupResult(Status.ERROR, key=k.remote)
 
     def _exact_items(self, items: Sequence[_Item]) -> tuple[list[_Item], float | None]:
@@ -379,7 +377,7 @@ class _SemanticCalls:
             self.tier.add_many(items, ttl=ttl, version=self.version)
         except Exception as exc:
             self.tier.count_error()
-            log.warning("cachekit: semantic store in %s failed: %r", self.fname, exc)
+            log.warning("semantic store in %s failed: %r", self.fname, exc)
 
     def _computed(self, elapsed: float) -> None:
         self.timing.add_compute(elapsed)

@@ -266,7 +266,7 @@ class SentenceTransformerEmbedder:
                     model = self._load_onnx()
                 except Exception as exc:
                     logger.warning(
-                        "cachekit: ONNX backend unavailable for %s (%s: %s); falling back to torch",
+                        "ONNX backend unavailable for %s (%s: %s); falling back to torch",
                         self._model_name,
                         type(exc).__name__,
                         exc,
@@ -354,7 +354,7 @@ class SentenceTransformerEmbedder:
         if (target / _ONNX_FILE).is_file():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
-        logger.info("cachekit: exporting %s to ONNX in %s (one-off)", self._model_name, target)
+        logger.info("exporting %s to ONNX in %s (one-off)", self._model_name, target)
         # Export into a private sibling directory and rename it into place: rename is atomic on
         # one filesystem, so a concurrent loader sees either nothing or a complete export.
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -403,7 +403,7 @@ class SentenceTransformerEmbedder:
         existing = sorted((export_dir / _ONNX_FILE.parent).glob(f"model_*int8_{config}.onnx"))
         if existing:
             return existing[0].relative_to(export_dir)
-        logger.info("cachekit: quantizing %s to int8 (%s), one-off", self._model_name, config)
+        logger.info("quantizing %s to int8 (%s), one-off", self._model_name, config)
         # Quantize a private copy, then move the one new file into place: a rename within one
         # filesystem is atomic, so a concurrent loader sees the file whole or not at all.
         tmp = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.q.", dir=export_dir.parent))
@@ -535,7 +535,7 @@ def _ensure_fused(export_dir: Path) -> Path:
         optimized.save_model_to_file(str(tmp))
         os.replace(tmp, export_dir / fused)  # atomic: a concurrent loader sees all or nothing
     except Exception as exc:
-        logger.warning("cachekit: ONNX fusions skipped (%s: %s)", type(exc).__name__, exc)
+        logger.warning("ONNX fusions skipped (%s: %s)", type(exc).__name__, exc)
         return _ONNX_FILE
     return fused
 
@@ -545,7 +545,7 @@ def _fast_path_or_none(model: Any, batch_size: int) -> OnnxRunner | None:
     try:
         return OnnxRunner.from_model(model, batch_size)
     except Exception as exc:  # an unexpected model layout: the slower path still works
-        logger.warning("cachekit: ONNX fast path unavailable (%s: %s)", type(exc).__name__, exc)
+        logger.warning("ONNX fast path unavailable (%s: %s)", type(exc).__name__, exc)
         return None
 
 

@@ -173,7 +173,7 @@ class _Graph:
                 arr.resize(2 * size)
                 arr.resize(size)
         except (AttributeError, RuntimeError):
-            log.debug("cachekit: could not pre-grow the HNSW arrays", exc_info=True)
+            log.debug("could not pre-grow the HNSW arrays", exc_info=True)
 
     @property
     def ntotal(self) -> int:
@@ -498,9 +498,7 @@ class FaissIndex:
             self._catch_up_and_swap(graph)
         except Exception:
             self.rebuild_errors += 1
-            log.warning(
-                "cachekit: index rebuild failed; the old index keeps serving", exc_info=True
-            )
+            log.warning("index rebuild failed; the old index keeps serving", exc_info=True)
             with self._lock.write():
                 self._journal = None
                 self._rebuilt.set()

@@ -55,7 +55,7 @@ class OnnxRunner:
         not exactly Transformer (ONNX, fast tokenizer) -> mean Pooling [-> Normalize]."""
         why = _unsupported(model)
         if why is not None:
-            logger.debug("cachekit: ONNX fast path off for this model: %s", why)
+            logger.debug("ONNX fast path off for this model: %s", why)
             return None
         hf_tokenizer = model[0].tokenizer
         tokenizer = _tokenizer_copy(hf_tokenizer.backend_tokenizer, int(model.max_seq_length))

@@ -191,7 +191,7 @@ class Replication:
         try:
             self.store.close()  # interrupts a blocked read instead of waiting out its block
         except Exception:
-            log.debug("cachekit: error closing the semantic store", exc_info=True)
+            log.debug("error closing the semantic store", exc_info=True)
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(FOLLOW_BLOCK_S + 1.0)
@@ -296,9 +296,7 @@ class Replication:
 
     def _invalid_stats(self, id_: int, reason: str) -> None:
         self.invalid_stats += 1
-        log.warning(
-            "cachekit: record of semantic entry %d in the shared store skipped: %s", id_, reason
-        )
+        log.warning("record of semantic entry %d in the shared store skipped: %s", id_, reason)
 
     # ------------------------------------------------------------------ reads
 
@@ -354,7 +352,7 @@ class Replication:
 
     def _invalid(self, id_: int, reason: str) -> None:
         self.invalid_entries += 1
-        log.warning("cachekit: semantic entry %d from the shared store skipped: %s", id_, reason)
+        log.warning("semantic entry %d from the shared store skipped: %s", id_, reason)
 
     # ------------------------------------------------------------------ the sync thread
 
@@ -403,9 +401,7 @@ class Replication:
                 if self._stop.is_set():
                     break
                 self.errors += 1
-                log.warning(
-                    "cachekit: semantic sync of %s failed (%r); rescanning", self.tier.name, exc
-                )
+                log.warning("semantic sync of %s failed (%r); rescanning", self.tier.name, exc)
                 last = None
             if last is None:
                 # Messages may have been missed: the next step rescans, after a backoff.

@@ -294,9 +294,7 @@ class SemanticTier(TierCounters):
         except Exception:
             # A failing policy must not answer, nor fail the other callers in the batch.
             self.errors += 1
-            log.warning(
-                "cachekit: hit policy %r failed; treated as a miss", self.policy, exc_info=True
-            )
+            log.warning("hit policy %r failed; treated as a miss", self.policy, exc_info=True)
             return Match(live[0][0], None, "policy failed", live[0][1].text)
         if chosen is None:
             return Match(live[0][0], None, reason, live[0][1].text)
@@ -310,9 +308,7 @@ class SemanticTier(TierCounters):
             return decode_envelope(self.engine.serializer, entry.value)
         except SerializationError as exc:
             self.errors += 1
-            log.warning(
-                "cachekit: unreadable semantic entry %d treated as a miss: %s", entry.id, exc
-            )
+            log.warning("unreadable semantic entry %d treated as a miss: %s", entry.id, exc)
             return None
 
     # ------------------------------------------------------------------ writes
@@ -397,7 +393,7 @@ class SemanticTier(TierCounters):
                     )
                 except SerializationError as exc:
                     self.engine.telemetry.serialization_errors += 1
-                    log.warning("cachekit: not caching semantic entry: %s", exc)
+                    log.warning("not caching semantic entry: %s", exc)
                     continue
             expires = None if ttl is None else now + ttl
             e = SemanticEntry(entry_id(scope, text), scope, text, data, now, expires, ns_version)

@@ -191,7 +191,7 @@ def _merge_into(src: Path, manifest: dict[str, Any], target: Path) -> None:
             f"{src} was tuned from another build of {manifest['base']} "
             f"(weights {manifest['base_fingerprint']}, packaged {base_fingerprint()})"
         )
-    logger.info("cachekit: merging %s into %s (one-off)", src, target)
+    logger.info("merging %s into %s (one-off)", src, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:

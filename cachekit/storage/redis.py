@@ -615,7 +615,7 @@ class _InvalidationFollower:
             except Exception as exc:
                 if self._stop.is_set():
                     break
-                log.debug("cachekit: invalidation channel %s lost: %r", self._channel, exc)
+                log.debug("invalidation channel %s lost: %r", self._channel, exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _FOLLOW_BACKOFF_MAX_S)
 
