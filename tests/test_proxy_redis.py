@@ -135,7 +135,10 @@ def test_redis_stopped_under_load_costs_no_5xx(redis_server: Any, upstream: Fake
         assert len(statuses) == 120
         assert all(s == 200 for s in statuses), sorted(set(statuses))
         health = httpx.get(p.url + "/healthz", timeout=5).json()
-        assert health["status"] == "ok"
+        # Still answering, and saying why it is degraded: Redis, with the cause and the fix.
+        assert health["status"] == "degraded"
+        assert any(pr.startswith("redis ") and "Fix:" in pr for pr in health["problems"])
+        assert health["redis"]["reachable"] is False
         # Entries kept locally still answer.
         assert cached(p, key, "question 0 0").status_code in (200, 504)
     finally:

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cachekit.cache import Status
 from cachekit.llm import (
@@ -57,6 +58,7 @@ from cachekit.proxy.headers import (
     response_headers,
 )
 from cachekit.proxy.metrics import ProxyMetrics
+from cachekit.proxy.upstream import UpstreamHealth, describe
 from cachekit.semantic.slots import refusal_kind
 
 __all__ = [
@@ -148,6 +150,8 @@ class Proxy:
         self.tenants = config.cache.tenants()
         self.prices = config.cache.prices
         self.metrics = ProxyMetrics()
+        #: The upstream as this worker last saw it (a probe at start, then every call).
+        self.upstream_health = UpstreamHealth(self.upstream)
         self.client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._memo: dict[tuple[str, str, str, bytes], LLMRequest] = {}
@@ -164,6 +168,7 @@ class Proxy:
             ),
             follow_redirects=False,
         )
+        self._spawn(self.upstream_health.aprobe(self.client))
         if self.llm.semantic_enabled:
             # Load the model and the shared index before the first request, not during it.
             await asyncio.to_thread(self.llm.warm, True, 10.0)
@@ -319,6 +324,7 @@ class Proxy:
         return Response(_dumps({"recorded": recorded}), media_type=_JSON)
 
     def _upstream_error(self, exc: Exception) -> Response:
+        self.upstream_health.record(*describe(None, exc))
         if isinstance(exc, httpx.TimeoutException):
             self.metrics.errors.labels("upstream_timeout").inc()
             return error_response(
@@ -387,6 +393,7 @@ class Proxy:
         except httpx.HTTPError as exc:
             self._left(req, t0)
             return self._upstream_error(exc)
+        self.upstream_health.reached()
         if not stream:
             self._left(req, t0)
         return resp
@@ -521,6 +528,7 @@ class Proxy:
         except httpx.HTTPError as exc:
             inflight.leave()
             return self._upstream_error(exc)
+        self.upstream_health.reached()
 
         async def close() -> None:
             await resp.aclose()
@@ -538,9 +546,25 @@ class Proxy:
         )
 
     def health(self) -> dict[str, Any]:
+        """``GET /healthz``: ``status`` is ``ok``, or ``degraded`` with each problem in words in
+        ``problems`` (the proxy still answers: Redis down costs misses, an upstream down 502s)."""
+        problems: list[str] = []
+        shared = self.llm.cache.health()
+        redis: dict[str, Any] | None = None
+        if shared.shared_tier:
+            redis = shared.to_dict()
+            if not shared.ok:
+                err = shared.last_error
+                why = f"{err.cause}. Fix: {err.fix}" if err else f"circuit {shared.breaker_state}"
+                problems.append(f"redis {shared.target}: {why} (lookups miss meanwhile)")
+        up = self.upstream_health
+        if up.reachable is False:
+            problems.append(f"upstream {up.url}: {up.detail}")
         return {
-            "status": "ok",
-            "redis": self.llm.cache.breaker_state,
+            "status": "degraded" if problems else "ok",
+            "problems": problems,
+            "redis": redis,
+            "upstream": up.to_dict(),
             "upstream_in_flight": self.metrics.inflight.now,
         }
 
@@ -616,6 +640,7 @@ def create_app(
         title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.proxy = proxy
+    app.add_exception_handler(StarletteHTTPException, _http_error)
 
     @app.post(CHAT)
     async def chat(request: Request) -> Response:
@@ -648,6 +673,26 @@ def create_app(
         return await proxy.passthrough(request)
 
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and methods, answered as the OpenAI API answers them (an ``error`` body a
+    client library can show), with a hint when the client's base URL lacks ``/v1``."""
+    status = getattr(exc, "status_code", 500)
+    where = f"{request.method} {request.url.path}"
+    if status == 404:
+        message = f"Unknown request URL: {where}."
+        path = request.url.path
+        if not path.startswith("/v1/"):
+            message += (
+                f" Did you mean /v1{path}? Point the client's base URL at this server's /v1 "
+                f"(for example base_url='{request.base_url}v1')."
+            )
+        return error_response(404, message, code="unknown_url")
+    if status == 405:
+        return error_response(405, f"Method not allowed: {where}.", code="method_not_allowed")
+    detail = getattr(exc, "detail", None) or "error"
+    return error_response(status, str(detail), code=None)
 
 
 def app_from_env() -> FastAPI:

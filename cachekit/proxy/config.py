@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cachekit.llm import LLMCacheConfig
+from cachekit.proxy.upstream import check_upstream_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -102,8 +103,7 @@ class ProxyConfig:
 
     def check(self) -> None:
         p = self.proxy
-        if not p.upstream.startswith(("http://", "https://")):
-            raise ValueError(f"upstream must be an http(s) URL, got {p.upstream!r}")
+        check_upstream_url(p.upstream)
         if min(p.max_body_bytes, p.max_answer_bytes, p.workers, p.stream_pieces) < 1:
             raise ValueError(
                 "max_body_bytes, max_answer_bytes, workers and stream_pieces must be positive"

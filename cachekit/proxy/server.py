@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from cachekit.policy_options import add_policy_arguments, policy_and_setting
 from cachekit.proxy.config import ENV_VAR, ProxyConfig
+from cachekit.proxy.upstream import probe
 
 __all__ = ["add_arguments", "config_from_args", "serve"]
 
@@ -115,6 +118,8 @@ def serve(config: ProxyConfig) -> int:
     s = config.proxy
     logging.basicConfig(level=s.log_level.upper())
     os.environ[ENV_VAR] = config.to_env()
+    for line in start_lines(config, probe(base_url(s.upstream))):
+        print(f"cachekit serve: {line}", file=sys.stderr, flush=True)
     uvicorn.run(
         "cachekit.proxy.app:app_from_env",
         factory=True,
@@ -127,3 +132,32 @@ def serve(config: ProxyConfig) -> int:
         http="cachekit.proxy.protocol:HeaderDeadlineProtocol",
     )
     return 0
+
+
+def start_lines(config: ProxyConfig, upstream: tuple[bool, str]) -> list[str]:
+    """What ``serve`` says as it starts: where it listens, what it forwards to and what the
+    upstream probe found, and the cache it serves from."""
+    s, c = config.proxy, config.cache
+    url = f"http://{s.host}:{s.port}"
+    redis = c.redis_url or c.redis_cluster_url
+    semantic = "off" if not c.semantic else f"on (policy {c.policy})"
+    return [
+        f"listening on {url} with {s.workers} worker(s): point OpenAI clients at {url}/v1",
+        f"upstream {s.upstream}: {upstream[1]}",
+        f"cache: namespace {c.namespace!r}, semantic {semantic}, "
+        + (f"shared through {_redacted(redis)}" if redis else "in this process only (no Redis)"),
+    ]
+
+
+def base_url(upstream: str) -> str:
+    """The upstream without a trailing ``/v1`` (the proxy adds each request's path)."""
+    u = upstream.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))

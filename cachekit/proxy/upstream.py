@@ -1,0 +1,99 @@
+"""What the proxy knows of its upstream: a probe at start, and every call's outcome since.
+
+``cachekit serve`` probes the upstream once before it starts (``GET /v1/models``) and prints what
+it found; each worker probes again in the background and then keeps the outcome of every upstream
+call, which ``GET /healthz`` reports. A wrong upstream is said at once, with the fix, instead of
+surfacing as a 502 or a bare 404 on the first request.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+__all__ = ["PROBE_PATH", "UpstreamHealth", "check_upstream_url", "describe", "probe"]
+
+#: What the probe asks: listed by every OpenAI-compatible server, cheap, and free of charge.
+PROBE_PATH = "/v1/models"
+#: Endpoint paths that an ``--upstream`` URL must not end with (it is the server's base URL).
+_ENDPOINTS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/models")
+
+
+def check_upstream_url(url: str) -> None:
+    """ValueError, with the fix, for an upstream URL that is not a server's base URL."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream must be an http(s) URL, got {url!r}")
+    path = urlsplit(url).path.rstrip("/")
+    for endpoint in _ENDPOINTS:
+        if path.endswith(endpoint):
+            base = url.rstrip("/")[: -len(endpoint)]
+            raise ValueError(
+                f"upstream {url!r} names an endpoint ({endpoint}); give the server's base URL, "
+                f"e.g. --upstream {base}: the proxy adds each request's path itself"
+            )
+
+
+def describe(status: int | None, error: BaseException | None) -> tuple[bool, str]:
+    """Whether the probe reached the upstream, and what it found, in words (with the fix)."""
+    if error is not None:
+        if isinstance(error, httpx.TimeoutException):
+            return False, f"no answer in time ({type(error).__name__}): check the host and port"
+        return False, (
+            f"not reachable ({type(error).__name__}: {error}): check --upstream (scheme, host, "
+            "port); requests get 502 until it answers"
+        )
+    if status in (401, 403):
+        return (
+            True,
+            f"reachable (GET {PROBE_PATH}: {status}, it wants an API key: clients send theirs)",
+        )
+    if status == 404:
+        return True, (
+            f"reachable, but GET {PROBE_PATH} answered 404: is --upstream the server's base URL "
+            "(https://host or https://host/v1)?"
+        )
+    return True, f"reachable (GET {PROBE_PATH}: {status})"
+
+
+def probe(base: str, timeout: float = 5.0) -> tuple[bool, str]:
+    """Ask ``base`` (the upstream without ``/v1``) for its model list once; never raises."""
+    try:
+        resp = httpx.get(base + PROBE_PATH, timeout=timeout, follow_redirects=False)
+    except httpx.HTTPError as exc:
+        return describe(None, exc)
+    return describe(resp.status_code, None)
+
+
+@dataclass
+class UpstreamHealth:
+    """The upstream as this worker last saw it: ``reachable`` is None until the first probe or
+    call; ``detail`` says what was found."""
+
+    url: str
+    reachable: bool | None = None
+    detail: str | None = None
+    since: float | None = None
+
+    def record(self, reachable: bool, detail: str) -> None:
+        if reachable != self.reachable or detail != self.detail:
+            self.reachable, self.detail, self.since = reachable, detail, time.time()
+
+    def reached(self) -> None:
+        """An upstream call got an answer (any status)."""
+        if self.reachable is not True:
+            self.record(True, "reachable (it answered a request)")
+
+    async def aprobe(self, client: httpx.AsyncClient, timeout: float = 5.0) -> None:
+        try:
+            resp = await client.get(self.url + PROBE_PATH, timeout=timeout)
+        except httpx.HTTPError as exc:
+            self.record(*describe(None, exc))
+            return
+        self.record(*describe(resp.status_code, None))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "reachable": self.reachable, "detail": self.detail}
