@@ -603,6 +603,28 @@ def test_html_shows_the_wrong_hits_escaped(tmp_path: Path) -> None:
     assert "<script" not in page and "&lt;script&gt;" in page and "a &amp; b" in page
 
 
+def test_html_indents_model_rows_keeps_ids_whole_marks_the_headline_and_asks_for_a_rate(
+    tmp_path: Path,
+) -> None:
+    import re
+
+    from cachekit.replay.html import render_html
+    from cachekit.replay.report import WrongHit
+
+    log = write_records(tmp_path / "log.jsonl")
+    report = run_replay(log, options=_opts(sweep=(0.80, THRESHOLD, 0.95)))
+    report.wrong_sample.append(WrongHit("req-with-a-long-id-0001", "t", "u", "v", "semantic", 0.9))
+    page = render_html(report)
+    # A per-model row is indented as in the terminal table, not flush with its parent.
+    assert re.search(r'<td class="sub">gpt-[^<]+</td>', page)
+    assert '<td class="id">req-with-a-long-id-0001</td>' in page
+    assert "td.id{white-space:nowrap}" in page
+    (marked,) = re.findall(r'<tr class="mark"><td>([^<]+)</td>', page)
+    assert float(marked) == THRESHOLD and f"threshold:{THRESHOLD:g}" in page
+    assert "Rate unknown: the log has no timestamps; pass --rate RPS" in page
+    assert "Rate -" not in page
+
+
 def test_command_line_reports_a_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -33,6 +33,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.92em}
 td,th{border:1px solid #ddd;padding:.3em .6em;vertical-align:top}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#555;font-size:.9em}svg{max-width:100%;height:auto}
+td.sub{padding-left:1.8em}td.id{white-space:nowrap}tr.mark td{font-weight:600;background:#fffbe6}
 """
 
 
@@ -118,17 +119,26 @@ def capacity_svg(r: Report) -> str | None:
 
 
 def _table(
-    header: Sequence[str] | None, rows: Sequence[Sequence[str]], *, numeric: bool = True
+    header: Sequence[str] | None,
+    rows: Sequence[Sequence[str]],
+    *,
+    numeric: bool = True,
+    marked: int | None = None,
 ) -> str:
-    """Rows of strings; the first column is a label, the rest right-aligned when ``numeric``."""
+    """Rows of strings; the first column is a label (indented as the terminal table indents
+    it; never wrapped in a table of ids), the rest right-aligned when ``numeric``. Row
+    ``marked`` is highlighted."""
     cls = ' class="n"' if numeric else ""
     parts = ["<table>"]
     if header:
         parts.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-    for row in rows:
-        cells = [f"<td>{html.escape(row[0])}</td>"]
+    for i, row in enumerate(rows):
+        label = row[0]
+        first = ' class="sub"' if label.startswith(" ") else "" if numeric else ' class="id"'
+        cells = [f"<td{first}>{html.escape(label.strip())}</td>"]
         cells += [f"<td{cls}>{html.escape(v)}</td>" for v in row[1:]]
-        parts.append("<tr>" + "".join(cells) + "</tr>")
+        tr = '<tr class="mark">' if i == marked else "<tr>"
+        parts.append(tr + "".join(cells) + "</tr>")
     parts.append("</table>")
     return "".join(parts)
 
@@ -136,7 +146,11 @@ def _table(
 def _sections(r: Report) -> list[str]:
     out = [f"<h2>Summary</h2>{_table(None, summary_rows(r))}"]
     cap = r.capacity
-    rate = "-" if cap.rate_rps is None else f"{cap.rate_rps:,.2f} req/s ({cap.rate_source})"
+    rate = (
+        "unknown: the log has no timestamps; pass --rate RPS for the capacity figures"
+        if cap.rate_rps is None
+        else f"{cap.rate_rps:,.2f} req/s ({cap.rate_source})"
+    )
     conc = cap.upstream_concurrency or "unlimited"
     out.append(
         f"<h2>Capacity</h2><p class='note'>Rate {html.escape(rate)}; upstream "
@@ -153,7 +167,19 @@ def _sections(r: Report) -> list[str]:
     if svg:
         out.append(svg)
     if r.sweep:
-        out.append("<h2>Sweep</h2>" + sweep_svg(r) + _table(SWEEP_HEADER, sweep_rows(r)))
+        mark = headline_row(r)
+        note = (
+            "<p class='note'>The highlighted row is the setting of the headline figures above "
+            f"({html.escape(r.policy)}).</p>"
+            if mark is not None
+            else ""
+        )
+        out.append(
+            "<h2>Sweep</h2>"
+            + sweep_svg(r)
+            + note
+            + _table(SWEEP_HEADER, sweep_rows(r), marked=mark)
+        )
     if r.wrong_sample:
         rows = [
             [
@@ -202,3 +228,18 @@ def render_html(r: Report, *, source: str = "") -> str:
 
 def write_html(r: Report, path: str | Path, *, source: str = "") -> None:
     Path(path).write_text(render_html(r, source=source), encoding="utf-8")
+
+
+def headline_row(r: Report) -> int | None:
+    """The sweep row at the headline run's setting (``policy:setting``), if the sweep has it."""
+    _, sep, value = r.policy.partition(":")
+    try:
+        setting = float(value) if sep else None
+    except ValueError:
+        return None
+    if setting is None:
+        return None
+    for i, p in enumerate(r.sweep):
+        if p.threshold is not None and abs(p.threshold - setting) < 1e-9:
+            return i
+    return None
