@@ -43,7 +43,6 @@ from cachekit.llm import (
     RequestError,
     StreamAssembler,
     TenantResolver,
-    cacheable_response,
     prepare,
     sse_stream,
 )
@@ -107,7 +106,7 @@ class _Context:
             return None  # let the client and the API say what is wrong with it
 
     def storable(self, req: LLMRequest, body: Any) -> bool:
-        return cacheable_response(req.endpoint, 200, body, cache_length=self.llm.cache_length)[0]
+        return self.llm.cacheable(req.endpoint, 200, body)[0]
 
 
 def _sse_response(completion: dict[str, Any], include_usage: bool) -> _http.Response:

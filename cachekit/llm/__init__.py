@@ -4,7 +4,10 @@
 * :mod:`cachekit.llm.rules`: cached endpoints, validation (:class:`RequestError`), exact key,
   semantic text and scope, tenants, response cacheability.
 * :mod:`cachekit.llm.streaming`: SSE chunks assembled into one completion, and a stored
-  completion replayed as a stream.
+  completion replayed as a stream; :mod:`cachekit.llm.responses_stream`: the same for the
+  Responses API's typed event stream.
+* :mod:`cachekit.llm.tenants`: who a caller is; :mod:`cachekit.llm.config`: the settings both
+  commands share; :mod:`cachekit.llm.answers`: what a cached answer says.
 * :mod:`cachekit.llm.prices`: dated dollar prices per model, overridable from TOML.
 * :mod:`cachekit.llm.store`: :class:`LLMCache` (``lookup``/``store``/``alookup``/``astore``) and
   :func:`build_cache`, the factory both commands use.
@@ -13,12 +16,18 @@ Imports nothing heavy: the semantic tier loads only on the first semantic lookup
 """
 
 from cachekit.llm.prices import PRICES_AS_OF, Price, PriceTable
+from cachekit.llm.responses_stream import (
+    ResponsesStreamAssembler,
+    response_events,
+    responses_sse,
+)
 from cachekit.llm.rules import (
     CACHED_ENDPOINTS,
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
     IGNORED_FIELDS,
+    RESPONSES,
     LLMRequest,
     RequestError,
     TenantResolver,
@@ -30,6 +39,7 @@ from cachekit.llm.rules import (
     key_fingerprint,
     parse_body,
     parse_feedback,
+    passthrough_reason,
     prepare,
     scope_key,
     semantic_text,
@@ -61,6 +71,7 @@ __all__ = [
     "EMBEDDINGS",
     "IGNORED_FIELDS",
     "PRICES_AS_OF",
+    "RESPONSES",
     "CacheLookup",
     "LLMCache",
     "LLMCacheConfig",
@@ -69,6 +80,7 @@ __all__ = [
     "Price",
     "PriceTable",
     "RequestError",
+    "ResponsesStreamAssembler",
     "StoreOptions",
     "StreamAssembler",
     "TenantResolver",
@@ -83,7 +95,10 @@ __all__ = [
     "key_fingerprint",
     "parse_body",
     "parse_feedback",
+    "passthrough_reason",
     "prepare",
+    "response_events",
+    "responses_sse",
     "scope_key",
     "semantic_text",
     "split_text",

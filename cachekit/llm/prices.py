@@ -63,6 +63,10 @@ DEFAULT_PRICES: Mapping[str, Price] = {
 }
 
 
+_CHAT_COUNTS = ("prompt_tokens", "completion_tokens")
+_RESPONSES_COUNTS = ("input_tokens", "output_tokens")
+
+
 class PriceTable:
     """Prices by model name; ``PriceTable()`` is the built-in table."""
 
@@ -108,7 +112,14 @@ class PriceTable:
         if p is None or not isinstance(usage, Mapping) or not usage:
             return None
         counts = []
-        for key in ("prompt_tokens", "completion_tokens"):
+        # Chat and completions count prompt/completion tokens; the Responses API input/output.
+        responses = "prompt_tokens" not in usage and "input_tokens" in usage
+        keys = (
+            ("input_tokens", "output_tokens")
+            if responses
+            else ("prompt_tokens", "completion_tokens")
+        )
+        for key in keys:
             n = usage.get(key)
             if n is None:
                 n = 0

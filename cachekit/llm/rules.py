@@ -8,15 +8,19 @@ what replay predicts is what production does.
 Vocabulary:
 
 * **endpoint**: one of :data:`CACHED_ENDPOINTS` (``/v1/chat/completions``, ``/v1/completions``,
-  ``/v1/embeddings``); anything else is passed through by the proxy.
+  ``/v1/embeddings``, ``/v1/responses``); anything else is passed through by the proxy, as are
+  Responses API requests that depend on state the upstream holds and that changes
+  (``conversation``) or that the upstream runs later (``background: true``):
+  :func:`passthrough_reason`.
 * **exact key**: a digest of the canonical JSON (sorted keys, compact) of every request field
   that changes the answer, plus the endpoint, the tenant and the namespace. Fields that do not
   change the answer (:data:`IGNORED_FIELDS`: ``user``, ``stream``, ``stream_options``,
   ``metadata``, ``store``, ``service_tier`` ...) are left out, so a streamed and a non-streamed
   request share an entry.
-* **semantic text**: the last user message (a string, or the concatenated ``text`` parts), or
-  a completion's string prompt. ``None`` when the request is exact-only: ``n > 1``, a last message
-  that is not from the user or carries non-text parts, embeddings.
+* **semantic text**: the last user message (a string, or the concatenated ``text`` parts), a
+  completion's string prompt, or a Responses request's ``input`` (a string, or its last item
+  when that is a user message of text). ``None`` when the request is exact-only: ``n > 1``, a
+  last message that is not from the user or carries non-text parts, embeddings.
 * **scope**: a digest of everything else (endpoint, model, parameters, system prompt, earlier
   turns, tools, response_format, tenant, namespace): two requests may share an answer through
   similarity only when their scopes are equal.
@@ -34,6 +38,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from cachekit.llm.errors import RequestError
+from cachekit.llm.tenants import (
+    CREDENTIAL_HEADERS,
+    TenantResolver,
+    bearer_token,
+    caller_key,
+    key_fingerprint,
+)
 from cachekit.llm.validate import check_response
 
 __all__ = [
@@ -45,6 +57,7 @@ __all__ = [
     "IGNORED_FIELDS",
     "MAX_JSON_DEPTH",
     "MAX_RESPONSE_ID",
+    "RESPONSES",
     "LLMRequest",
     "RequestError",
     "TenantResolver",
@@ -58,6 +71,7 @@ __all__ = [
     "key_fingerprint",
     "parse_body",
     "parse_feedback",
+    "passthrough_reason",
     "prepare",
     "scope_key",
     "semantic_text",
@@ -67,7 +81,8 @@ __all__ = [
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS})
+RESPONSES = "/v1/responses"
+CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES})
 
 #: Request fields that never change the answer's content: left out of keys and scopes.
 IGNORED_FIELDS: frozenset[str] = frozenset(
@@ -87,38 +102,6 @@ IGNORED_FIELDS: frozenset[str] = frozenset(
 #: Finish reasons of a complete answer. ``length`` (truncated) is cacheable only on request.
 _COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "eos"})
 _KEY_DIGEST = 20  # bytes of BLAKE2b in keys: 160 bits, collision-free for any cache size
-
-
-class RequestError(ValueError):
-    """A request that must be refused (HTTP ``status``, 400 unless said otherwise), with an
-    OpenAI-style error body in :meth:`body`."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        status: int = 400,
-        code: str | None = None,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code
-        self.type = type
-
-    def body(self) -> dict[str, Any]:
-        """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API sends it."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
 
 # ---------------------------------------------------------------------- endpoints and bodies
@@ -225,12 +208,24 @@ def _check(cond: bool, message: str, param: str) -> None:
 
 
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
-_INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed", "top_logprobs", "dimensions")
+_INT_FIELDS = (
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "max_tool_calls",
+    "seed",
+    "top_logprobs",
+    "dimensions",
+)
 
 
-def _check_common(body: Mapping[str, Any]) -> None:
+def _check_common(body: Mapping[str, Any], model_optional: bool = False) -> None:
     model = body.get("model")
-    _check(isinstance(model, str) and bool(model), "you must provide a model parameter", "model")
+    _check(
+        (model is None and model_optional) or (isinstance(model, str) and bool(model)),
+        "you must provide a model parameter",
+        "model",
+    )
     for name in _NUMBER_FIELDS:
         v = body.get(name)
         _check(v is None or _is_number(v), f"'{name}' must be a number", name)
@@ -260,9 +255,18 @@ def _check_common(body: Mapping[str, Any]) -> None:
             f"'{name}' must be a list of objects",
             name,
         )
-    for name in ("response_format", "logit_bias"):
+    for name in ("response_format", "logit_bias", "text", "reasoning"):
         v = body.get(name)
         _check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
+    for name in ("instructions", "previous_response_id"):
+        v = body.get(name)
+        _check(v is None or isinstance(v, str), f"'{name}' must be a string", name)
+    include = body.get("include")
+    _check(
+        include is None or (isinstance(include, list) and all(isinstance(i, str) for i in include)),
+        "'include' must be an array of strings",
+        "include",
+    )
 
 
 def _check_messages(messages: Any) -> None:
@@ -302,6 +306,41 @@ def _check_input(value: Any, name: str) -> None:
     _check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
 
 
+def _check_responses_input(body: Mapping[str, Any]) -> None:
+    prompt = body.get("prompt")  # a stored prompt's reference (completions: the text itself)
+    _check(prompt is None or isinstance(prompt, dict), "'prompt' must be an object", "prompt")
+    value = body.get("input")
+    if value is None:
+        _check(
+            body.get("previous_response_id") is not None
+            or body.get("prompt") is not None
+            or body.get("conversation") is not None,
+            "you must provide an input parameter",
+            "input",
+        )
+        return
+    _check(
+        isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(i, dict) for i in value)),
+        "'input' must be a string or an array of input items",
+        "input",
+    )
+
+
+def passthrough_reason(endpoint: str, body: Mapping[str, Any]) -> str | None:
+    """Why a request is forwarded without looking it up or storing it, or ``None``: a Responses
+    request run in the ``background`` (the upstream answers later, by id), or one continuing a
+    ``conversation`` (its items live upstream and change with every turn; a
+    ``previous_response_id`` names a fixed history, and is keyed like any other field)."""
+    if endpoint != RESPONSES:
+        return None
+    if body.get("background"):
+        return "background"
+    if body.get("conversation") is not None:
+        return "conversation"
+    return None
+
+
 def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
     """Check a decoded body for ``endpoint``; returns it, or raises :class:`RequestError` with
     the offending ``param`` (missing model or messages, wrong types). Unknown fields pass:
@@ -310,9 +349,12 @@ def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
         raise RequestError("The request body must be a JSON object.")
     if endpoint not in CACHED_ENDPOINTS:
         raise ValueError(f"not a cached endpoint: {endpoint!r}")
-    _check_common(body)
+    # A Responses request may take its model from a stored prompt.
+    _check_common(body, model_optional=endpoint == RESPONSES and body.get("prompt") is not None)
     if endpoint == CHAT:
         _check_messages(body.get("messages"))
+    elif endpoint == RESPONSES:
+        _check_responses_input(body)
     elif endpoint == COMPLETIONS:
         _check("prompt" in body, "you must provide a prompt parameter", "prompt")
         _check_input(body["prompt"], "prompt")
@@ -362,13 +404,13 @@ def exact_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: st
     return "llm:x:" + _digest(canonical_json(payload))
 
 
-def _text_of(content: Any) -> str | None:
+def _text_of(content: Any, kind: str = "text") -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list) and content:
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
+            if not isinstance(part, dict) or part.get("type") != kind:
                 return None  # images, audio, files: compared exactly only
             t = part.get("text")
             if not isinstance(t, str):
@@ -393,6 +435,26 @@ def semantic_text(endpoint: str, body: Mapping[str, Any]) -> str | None:
     if endpoint == COMPLETIONS:
         prompt = body.get("prompt")
         return prompt if isinstance(prompt, str) else None
+    if endpoint == RESPONSES:
+        return _responses_text(body.get("input"))
+    return None
+
+
+def _is_user_message(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("role") == "user"
+        and item.get("type", "message") == "message"
+    )
+
+
+def _responses_text(value: Any) -> str | None:
+    """A Responses ``input``'s semantic text: the string itself, or the last item's text when it
+    is a user message of ``input_text`` parts (anything else: exact-only)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and _is_user_message(value[-1]):
+        return _text_of(value[-1].get("content"), "input_text")
     return None
 
 
@@ -408,6 +470,12 @@ def scope_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: st
         fields["messages"] = [*msgs[:-1], last]
     elif endpoint == COMPLETIONS:
         fields.pop("prompt", None)
+    elif endpoint == RESPONSES:
+        value = fields.pop("input", None)
+        if isinstance(value, list) and value and isinstance(value[-1], dict):
+            last = dict(value[-1])
+            last.pop("content", None)
+            fields["input"] = [*value[:-1], last]
     payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": fields}
     return "llm:s:" + _digest(canonical_json(payload))
 
@@ -425,6 +493,8 @@ class LLMRequest:
     namespace: str
     key: str
     text: str | None
+    #: Why this request is forwarded without the cache (:func:`passthrough_reason`), or None.
+    passthrough: str | None = None
 
     @cached_property
     def scope(self) -> str | None:
@@ -455,125 +525,27 @@ def prepare(endpoint: str, body: Any, tenant: str, namespace: str = "") -> LLMRe
         key = exact_key(endpoint, body, tenant, namespace)
     except ValueError as exc:  # NaN or infinity somewhere in the body
         raise RequestError(f"The request body is not valid JSON for the API: {exc}") from None
-    return LLMRequest(endpoint, body, tenant, namespace, key, semantic_text(endpoint, body))
-
-
-# ---------------------------------------------------------------------- tenants
-
-
-def key_fingerprint(api_key: str) -> str:
-    """``sha256:<hex>`` of an API key: how shared-scope groups may list keys without holding
-    them in clear (``cachekit.llm.key_fingerprint("sk-...")``)."""
-    return "sha256:" + hashlib.sha256(api_key.encode("utf-8")).hexdigest()
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header value, else ``None``."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
-
-
-#: Request headers that carry the caller's API key: ``Authorization: Bearer <key>`` (OpenAI) and
-#: ``api-key: <key>`` (Azure OpenAI).
-CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization", "api-key")
-
-
-def _credential(name: str, value: str) -> str | None:
-    value = value.strip()
-    if name == "authorization":
-        scheme = value.partition(" ")[0]
-        if scheme.lower() == "bearer":
-            return bearer_token(value)
-    # Another scheme (Basic ...) or an api-key: the whole value is the credential.
-    return value or None
-
-
-def caller_key(headers: Iterable[tuple[str, str]]) -> str | None:
-    """Who the caller is: the API key in its credential headers (:data:`CREDENTIAL_HEADERS`),
-    ``None`` without one. ``headers`` is every ``(name, value)`` line of the request, repeated
-    names included (never a dict that kept one of them). The key decides the tenant and is what
-    the upstream receives. :class:`RequestError` (400, naming the header) when a credential header
-    is sent more than once, or when two headers carry different keys; the same key in both is
-    accepted. ``Authorization`` with a scheme other than Bearer counts as a whole value."""
-    seen: dict[str, str] = {}
-    for name, value in headers:
-        n = name.lower()
-        if n not in CREDENTIAL_HEADERS:
-            continue
-        if n in seen:
-            raise RequestError(
-                f"header {n} was sent more than once; send one credential per request",
-                param=n,
-                code="ambiguous_credentials",
-            )
-        seen[n] = value
-    found = {n: k for n, v in seen.items() if (k := _credential(n, v)) is not None}
-    keys = set(found.values())
-    if len(keys) > 1:
-        names = " and ".join(sorted(found))
-        raise RequestError(
-            f"headers {names} carry different credentials; send one API key per request",
-            param=sorted(found)[0],
-            code="ambiguous_credentials",
-        )
-    return keys.pop() if keys else None
-
-
-class TenantResolver:
-    """Maps a caller to its tenant id.
-
-    ``secret`` keys the BLAKE2b hash of API keys (every replica sharing entries must use the same
-    secret; keep it secret so tenant ids cannot be tested against guessed keys). ``groups`` maps a
-    group name to API keys or their :func:`key_fingerprint` strings: callers with any of those keys
-    share one tenant, ``group:<name>``.
-    """
-
-    def __init__(
-        self, secret: str | bytes, groups: Mapping[str, Iterable[str]] | None = None
-    ) -> None:
-        raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
-        # BLAKE2b keys are at most 64 bytes; longer secrets are hashed down first.
-        self._secret = raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
-        self._groups: dict[str, str] = {}
-        for name, keys in (groups or {}).items():
-            if isinstance(keys, str):
-                raise TypeError(f"shared-scope group {name!r} must list keys, got a string")
-            for k in keys:
-                fp = k if k.startswith("sha256:") else key_fingerprint(k)
-                self._groups[fp] = f"group:{name}"
-
-    def for_key(self, api_key: str | None) -> str:
-        """The tenant of an API key (``anonymous`` without one)."""
-        if not api_key:
-            return "anonymous"
-        if self._groups:
-            group = self._groups.get(key_fingerprint(api_key))
-            if group is not None:
-                return group
-        h = hashlib.blake2b(api_key.encode("utf-8"), key=self._secret, digest_size=16)
-        return "key:" + h.hexdigest()
-
-    def resolve(self, authorization: str | None = None, explicit: str | None = None) -> str:
-        """``explicit`` (e.g. replay's ``--tenant-field``) wins as ``explicit:<value>``;
-        otherwise the tenant of the bearer token in ``authorization``."""
-        if explicit is not None:
-            return "explicit:" + str(explicit)
-        return self.for_key(bearer_token(authorization))
-
-    def for_headers(self, headers: Iterable[tuple[str, str]]) -> str:
-        """The tenant of the caller a request's header lines name (:func:`caller_key`);
-        :class:`RequestError` when they are ambiguous."""
-        return self.for_key(caller_key(headers))
+    return LLMRequest(
+        endpoint,
+        body,
+        tenant,
+        namespace,
+        key,
+        semantic_text(endpoint, body),
+        passthrough_reason(endpoint, body),
+    )
 
 
 # ---------------------------------------------------------------------- responses
 
 
 def cacheable_response(
-    endpoint: str, status: int, body: Any, *, cache_length: bool = False
+    endpoint: str,
+    status: int,
+    body: Any,
+    *,
+    cache_length: bool = False,
+    cache_refusals: bool = True,
 ) -> tuple[bool, str]:
     """Whether an upstream answer may be stored, and why not: 2xx, a JSON object without
     ``error``, the endpoint's object with well-typed fields (:mod:`cachekit.llm.validate`:
@@ -589,6 +561,10 @@ def cacheable_response(
         data = body.get("data")
         if not isinstance(data, list) or not data:
             return False, "no embeddings"
+    elif endpoint == RESPONSES:
+        why = _unfinished_response(body, cache_refusals)
+        if why is not None:
+            return False, why
     else:
         choices = body.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -603,3 +579,25 @@ def cacheable_response(
     if why is not None:
         return False, f"invalid {why}"
     return True, ""
+
+
+def _unfinished_response(body: Mapping[str, Any], cache_refusals: bool) -> str | None:
+    """Why a Responses API answer may not be stored: not ``completed``, incomplete, or (with
+    ``cache_refusals=False``) holding a refusal. The reason's first word is a metric label."""
+    status = body.get("status")
+    if status != "completed":
+        return f"status {str(status)[:40]}"
+    if body.get("incomplete_details") is not None:
+        return "finish_reason incomplete"
+    if not cache_refusals and _has_refusal(body):
+        return "refusal"
+    return None
+
+
+def _has_refusal(body: Mapping[str, Any]) -> bool:
+    for item in body.get("output") or ():
+        if isinstance(item, dict) and item.get("type") == "message":
+            for part in item.get("content") or ():
+                if isinstance(part, dict) and part.get("type") == "refusal":
+                    return True
+    return False

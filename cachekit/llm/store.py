@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from cachekit.cache import Cache, Status
-from cachekit.llm.prices import PriceTable
-from cachekit.llm.rules import CHAT, LLMRequest, TenantResolver, prepare
+from cachekit.llm.answers import AnswerComparator
+from cachekit.llm.config import LLMCacheConfig
+from cachekit.llm.rules import CHAT, LLMRequest, cacheable_response, prepare
 from cachekit.llm.validate import check_response
 from cachekit.sansio import Core, adrive, drive
 from cachekit.types import LookupResult
@@ -32,9 +30,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 __all__ = [
     "CacheLookup",
@@ -128,104 +126,6 @@ def _store_failed(exc: Exception) -> bool:
     return False
 
 
-@dataclass
-class LLMCacheConfig:
-    """Cache settings shared by ``cachekit serve`` and ``cachekit replay``.
-
-    Read from the top level of a TOML file by :meth:`from_toml` (tables ``[shared_scope]``, a
-    group name to a list of API keys or ``sha256:`` fingerprints, and ``[prices]``; tables
-    ``[proxy]`` and ``[replay]`` belong to those commands and are skipped)."""
-
-    redis_url: str | None = None
-    redis_cluster_url: str | None = None
-    namespace: str = "llm"
-    #: Seconds an entry lives (exact and semantic).
-    ttl: float = 3600.0
-    #: Similarity bar of the semantic hit policy; ``None``: the library default.
-    threshold: float | None = None
-    #: The semantic hit policy by name (``threshold``, ``verified``, ``error-bounded``: see
-    #: :mod:`cachekit.semantic.policies`); its setting is ``policy_setting`` (``None``: the
-    #: policy's default). With ``threshold``, ``threshold`` is the setting.
-    policy: str = "threshold"
-    policy_setting: float | None = None
-    #: ``False``: the hit policy's candidates skip the slot guard (numbers, negations, names,
-    #: identifiers, long prompts; see :mod:`cachekit.semantic.slots`). On by default.
-    slot_guard: bool = True
-    #: ``False``: exact hits only (the embedding model is never loaded).
-    semantic: bool = True
-    #: Store answers cut off by ``max_tokens`` (``finish_reason: length``).
-    cache_length: bool = False
-    #: Keys the tenant hash; replicas that share entries need the same. Default: the
-    #: ``CACHEKIT_TENANT_SECRET`` environment variable, else derived from the namespace.
-    tenant_secret: str | None = None
-    shared_scope: dict[str, list[str]] = field(default_factory=dict)
-    redis_timeout: float = 0.05
-    l1_max_entries: int = 10_000
-    capacity: int = 100_000
-    #: Bytes the semantic index may hold (prompts, answers, vectors), besides ``capacity``
-    #: entries; ``None``: the library default (256 MiB). See ``docs/semantic.md``.
-    semantic_max_bytes: int | None = None
-    prices: PriceTable = field(default_factory=PriceTable)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> LLMCacheConfig:
-        """From a parsed TOML document; unknown keys are an error (a typo must not pass)."""
-        known = {f.name for f in fields(cls)} - {"prices"}
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in ("proxy", "replay"):
-                continue
-            if key == "prices":
-                values["prices"] = PriceTable.from_mapping(value)
-            elif key in known:
-                values[key] = value
-            else:
-                raise ValueError(f"unknown cache setting {key!r} (known: {sorted(known)})")
-        config = cls(**values)
-        config.check()
-        return config
-
-    @classmethod
-    def from_toml(cls, path: str | Path) -> LLMCacheConfig:
-        with open(path, "rb") as f:
-            return cls.from_mapping(tomllib.load(f))
-
-    def check(self) -> None:
-        """Raise ``ValueError`` for settings that cannot work."""
-        if not (isinstance(self.ttl, (int, float)) and self.ttl > 0):
-            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
-        if self.threshold is not None and not 0 < self.threshold <= 1:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
-        if self.redis_url and self.redis_cluster_url:
-            raise ValueError("give redis_url or redis_cluster_url, not both")
-        if not isinstance(self.slot_guard, bool):
-            raise ValueError(f"slot_guard must be true or false, got {self.slot_guard!r}")
-        if self.policy != "threshold":
-            from cachekit.semantic.policies import build_policy
-
-            build_policy(self.policy, self.policy_setting)  # ValueError naming the known ones
-        if self.policy != "threshold" and self.threshold is not None:
-            raise ValueError(
-                f"threshold applies to the threshold policy; the {self.policy} "
-                "policy takes policy_setting"
-            )
-        n = self.semantic_max_bytes
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"semantic_max_bytes must be a positive int, got {n!r}")
-        for name, keys in self.shared_scope.items():
-            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
-                raise ValueError(f"shared_scope.{name} must be a list of keys")
-
-    def tenants(self) -> TenantResolver:
-        """The tenant resolver these settings describe."""
-        secret = (
-            self.tenant_secret
-            or os.environ.get("CACHEKIT_TENANT_SECRET")
-            or f"cachekit-tenant:{self.namespace}"
-        )
-        return TenantResolver(secret, self.shared_scope)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -280,6 +180,7 @@ class LLMCache:
         capacity: int = 100_000,
         semantic_max_bytes: int | None = None,
         cache_length: bool = False,
+        cache_refusals: bool = True,
         name: str = SEMANTIC_NAME,
         policy: Any = None,
     ) -> None:
@@ -290,6 +191,8 @@ class LLMCache:
         self.policy = policy
         self.semantic_enabled = semantic
         self.cache_length = cache_length
+        #: ``False``: Responses API answers holding a refusal are not stored.
+        self.cache_refusals = cache_refusals
         self._embedder = embedder
         self._capacity = capacity
         self._semantic_max_bytes = semantic_max_bytes
@@ -430,6 +333,8 @@ class LLMCache:
     def _find_core(
         self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
     ) -> Core[CacheLookup]:
+        if req.passthrough is not None:
+            return CacheLookup(Status.MISS, reason=f"passthrough: {req.passthrough}")
         found = self._unwrap((yield ("get", (req.key,))), max_age, req.endpoint, req.key)
         if not isinstance(found, str):
             return CacheLookup(Status.HIT, found[0], None, found[1])
@@ -446,9 +351,21 @@ class LLMCache:
         else:
             engine.record_misses(1)
 
+    def cacheable(self, endpoint: str, status: int, body: Any) -> tuple[bool, str]:
+        """:func:`~cachekit.llm.rules.cacheable_response` with this cache's settings."""
+        return cacheable_response(
+            endpoint,
+            status,
+            body,
+            cache_length=self.cache_length,
+            cache_refusals=self.cache_refusals,
+        )
+
     def _store_core(
         self, req: LLMRequest, response: Mapping[str, Any], ttl: float | None, semantic: bool
     ) -> Core[bool]:
+        if req.passthrough is not None:
+            return False
         value = self._wrap(response, self.entry_ttl(ttl))
         ok = yield ("set", (req.key, value, self.entry_ttl(ttl)))
         if ok and self._use_semantic(req, semantic):
@@ -615,39 +532,6 @@ class LLMCache:
         self.cache.close()
 
 
-class AnswerComparator:
-    """Whether two cached LLM answers say the same: their text (message contents, completion
-    texts) compared by embedding similarity, as free text must be; identical texts agree at
-    once. Embeddings responses agree only when equal."""
-
-    def __init__(self, embedder: Any = None, min_similarity: float = 0.9) -> None:
-        from cachekit.semantic.error_bounded import EmbeddingComparator
-
-        self._texts = EmbeddingComparator(embedder, min_similarity=min_similarity)
-
-    def __call__(self, fresh: Any, stored: Any) -> bool:
-        a, b = answer_text(fresh), answer_text(stored)
-        if a is None or b is None:
-            return bool(fresh == stored)
-        return self._texts(a, b)
-
-
-def answer_text(value: Any) -> str | None:
-    """The text of a cached answer (a stored entry or a response body), or None."""
-    body = value.get("r", value) if isinstance(value, Mapping) else None
-    choices = body.get("choices") if isinstance(body, Mapping) else None
-    if not isinstance(choices, list):
-        return None
-    parts = []
-    for choice in choices:
-        if not isinstance(choice, Mapping):
-            return None
-        message = choice.get("message")
-        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
-        parts.append(text if isinstance(text, str) else "")
-    return "\n".join(parts)
-
-
 def build_cache(
     config: LLMCacheConfig | None = None,
     *,
@@ -697,5 +581,6 @@ def build_cache(
         capacity=config.capacity,
         semantic_max_bytes=config.semantic_max_bytes,
         cache_length=config.cache_length,
+        cache_refusals=config.cache_refusals,
         policy=policy,
     )

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "StreamAssembler",
     "completion_chunks",
+    "only_comments",
     "split_text",
     "sse_event",
     "sse_stream",
@@ -35,6 +36,14 @@ MAX_EVENT_BYTES = 1 << 20
 #: The most bytes of events it assembles into one answer; a longer stream is relayed, not stored.
 MAX_ANSWER_BYTES = 8 << 20
 _PIECE = re.compile(r"\S+\s*|\s+")
+
+
+def only_comments(raw: bytes) -> bool:
+    """Whether ``raw`` holds nothing but blank lines and ``:`` comment lines."""
+    return all(
+        not ln.strip() or ln.startswith(b":")
+        for ln in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    )
 
 
 def sse_event(obj: Any) -> bytes:
@@ -182,7 +191,7 @@ class StreamAssembler:
             if cut is None:
                 break
             event = bytes(self._buf[start : cut[0]])
-            out.append((event + b"\n\n", self._event(event)))
+            out.append((event + b"\n\n", self.parse_event(event)))
             self._held += cut[1] - start
             start = self._scanned = cut[1]
         del self._buf[:start]
@@ -217,18 +226,12 @@ class StreamAssembler:
         self._choices.clear()
         self._texts.clear()
 
-    @staticmethod
-    def _only_comments(raw: bytes) -> bool:
-        """Whether ``raw`` holds nothing but blank lines and ``:`` comment lines."""
-        return all(
-            not ln.strip() or ln.startswith(b":")
-            for ln in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        )
-
-    def _event(self, event: bytes) -> dict[str, Any] | None:
+    def parse_event(self, event: bytes) -> dict[str, Any] | None:
+        """One event (its bytes without the separator): its decoded chunk, assembled, or
+        ``None``. The hook an assembler of another event format overrides."""
         if self.done:
             # After [DONE] only blank lines and comments may follow; nothing is assembled.
-            if not self._only_comments(event):
+            if not only_comments(event):
                 self.after_done = True
             return None
         raw_lines = event.replace(b"\r\n", b"\n").split(b"\n")
@@ -297,7 +300,7 @@ class StreamAssembler:
             return "too large"
         if not self.done:
             return "no [DONE]"
-        if self.after_done or not self._only_comments(bytes(self._buf)):
+        if self.after_done or not only_comments(bytes(self._buf)):
             return "data after [DONE]"
         if not self._choices:
             return "no choices"

@@ -12,6 +12,11 @@ accounting) can read it without raising:
   ``text`` and a string ``finish_reason``;
 * embeddings (``/v1/embeddings``): ``object`` ``"list"`` (or absent); ``data`` a non-empty list
   of objects whose ``embedding`` is a list of numbers (or a base64 string);
+* responses (``/v1/responses``): ``object`` ``"response"``, string ``id`` and ``status``;
+  ``output`` a non-empty list of items, each an object with a string ``type``; a ``message``
+  item's ``content`` a list of parts with a string ``type`` (``output_text`` parts with a string
+  ``text``, ``refusal`` parts with a string ``refusal``); a ``function_call`` item's ``name`` and
+  ``arguments`` strings;
 * all: ``usage``, when present, an object whose ``*_tokens`` counts are non-negative integers
   (``true`` is not a count) and whose ``*_details`` are objects of such counts (or null).
 
@@ -30,6 +35,7 @@ __all__ = [
     "check_completion",
     "check_embeddings",
     "check_response",
+    "check_responses",
     "check_usage",
     "is_count",
 ]
@@ -37,6 +43,7 @@ __all__ = [
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
+RESPONSES = "/v1/responses"
 
 
 def is_count(value: Any) -> bool:
@@ -184,10 +191,63 @@ def check_embeddings(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _check_part(part: Any) -> str | None:
+    if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+        return "content part not an object with a type"
+    kind = part["type"]
+    if kind == "output_text" and not isinstance(part.get("text"), str):
+        return "output_text text not a string"
+    if kind == "refusal" and not isinstance(part.get("refusal"), str):
+        return "refusal not a string"
+    return None
+
+
+def _check_item(item: Any) -> str | None:
+    if not isinstance(item, Mapping) or not isinstance(item.get("type"), str):
+        return "output item not an object with a type"
+    if not _opt_str(item.get("id")) or not _opt_str(item.get("status")):
+        return "output item id/status not a string"
+    if item["type"] == "message":
+        content = item.get("content")
+        if not isinstance(content, list):
+            return "message content not a list"
+        for part in content:
+            why = _check_part(part)
+            if why:
+                return why
+    elif item["type"] == "function_call":
+        if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments"), str):
+            return "function_call name/arguments not a string"
+    return None
+
+
+def check_responses(body: Mapping[str, Any]) -> str | None:
+    """A Responses API ``response`` object."""
+    if body.get("object") != "response":
+        return f"object {str(body.get('object'))[:40]} not response"
+    for key in ("id", "status"):
+        if not isinstance(body.get(key), str):
+            return f"{key} not a string"
+    if not _opt_str(body.get("model")):
+        return "model not a string"
+    created = body.get("created_at")
+    if created is not None and not isinstance(created, (int, float)):
+        return "created_at not a number"
+    output = body.get("output")
+    if not isinstance(output, list) or not output:
+        return "no output"
+    for item in output:
+        why = _check_item(item)
+        if why:
+            return why
+    return check_usage(body.get("usage"))
+
+
 _CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     CHAT: check_chat,
     COMPLETIONS: check_completion,
     EMBEDDINGS: check_embeddings,
+    RESPONSES: check_responses,
 }
 
 

@@ -1,15 +1,19 @@
 """The ``cachekit serve`` application: an OpenAI-compatible caching proxy (FastAPI).
 
 HTTP translation only: every caching decision is made by :class:`cachekit.llm.LLMCache` and the
-rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions`` and
-``/v1/embeddings`` are looked up and stored; every other ``/v1/...`` request is passed through
-untouched. ``POST /v1/cachekit/feedback`` records a user's verdict on a semantic hit this
-process served, found by the response id it was sent with. See ``docs/proxy.md``.
+rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings`` and ``/v1/responses`` are looked up and stored (a Responses request run in the
+background or continuing a ``conversation`` is forwarded uncached); every other ``/v1/...``
+request is passed through untouched, and every answer says which it was in ``x-cachekit-cache``
+(``PASSTHROUGH`` for what the cache never saw). ``POST /v1/cachekit/feedback`` records a user's
+verdict on a semantic hit this process served, found by the response id it was sent with.
+See ``docs/proxy.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -34,19 +38,20 @@ from cachekit.llm import (
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
+    RESPONSES,
     CacheLookup,
     LLMCache,
     LLMRequest,
     RequestError,
+    ResponsesStreamAssembler,
     StreamAssembler,
     build_cache,
-    cacheable_response,
-    parse_body,
     parse_feedback,
     prepare,
+    responses_sse,
     sse_stream,
 )
-from cachekit.llm.rules import caller_key, check_depth
+from cachekit.llm.rules import caller_key
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
 from cachekit.proxy.headers import (
     HOP_BY_HOP,
@@ -56,6 +61,16 @@ from cachekit.proxy.headers import (
     miss_headers,
     parse_controls,
     response_headers,
+)
+from cachekit.proxy.http import (
+    JSON,
+    RelayResponse,
+    aiter,
+    body_within,
+    dumps,
+    error_response,
+    http_error,
+    loads,
 )
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.proxy.upstream import UpstreamHealth, describe
@@ -73,8 +88,14 @@ __all__ = [
 
 log = logging.getLogger("cachekit.proxy")
 
-_ENDPOINT_LABEL = {CHAT: "chat", COMPLETIONS: "completions", EMBEDDINGS: "embeddings"}
-_JSON = "application/json"
+_ENDPOINT_LABEL = {
+    CHAT: "chat",
+    COMPLETIONS: "completions",
+    EMBEDDINGS: "embeddings",
+    RESPONSES: "responses",
+}
+#: What ``x-cachekit-cache`` says of an answer the cache never saw.
+PASSTHROUGH = {"x-cachekit-cache": "PASSTHROUGH"}
 _MEMO_SIZE = 4096  # prepared requests remembered (a pure function of these inputs)
 _MEMO_MAX_BODY = 16_384  # bytes; larger bodies are prepared every time
 #: Where clients report a verdict on a semantic hit.
@@ -83,48 +104,6 @@ FEEDBACK_PATH = "/v1/cachekit/feedback"
 #: least recently served forgotten first.
 HITS_REMEMBERED = 10_000
 _ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
-
-
-try:  # a faster encoder for answers when installed (the proxy extra installs it)
-    import orjson
-
-    def _dumps(obj: Any) -> bytes:
-        try:
-            return orjson.dumps(obj)
-        except TypeError:  # integers beyond 64 bits and the like
-            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-    def _loads(raw: bytes) -> dict[str, Any]:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return parse_body(raw)  # the standard parser says what is wrong (or accepts it)
-        except RecursionError:
-            return parse_body(raw)  # refused there, with the nesting limit named
-        if not isinstance(body, dict):
-            return parse_body(raw)
-        check_depth(body, raw)
-        return body
-
-except ImportError:  # pragma: no cover - depends on the environment
-
-    def _dumps(obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-    _loads = parse_body
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    type: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
-) -> Response:
-    """An OpenAI-style error body with ``status``."""
-    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return Response(_dumps(body), status_code=status, media_type=_JSON)
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -202,8 +181,8 @@ class Proxy:
         try:
             if _HAS_TIMEOUT:  # a deadline on this task: no second task on every request
                 async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
-                    return await _body_within(request, limit, too_large)
-            return await asyncio.wait_for(_body_within(request, limit, too_large), timeout)
+                    return await body_within(request, limit, too_large)
+            return await asyncio.wait_for(body_within(request, limit, too_large), timeout)
         except asyncio.TimeoutError:
             raise RequestError(
                 f"The request body did not arrive within {timeout:g} seconds.",
@@ -215,11 +194,11 @@ class Proxy:
         """:func:`prepare` of the body, remembered for small bodies: a repeated request (what
         an exact hit is) skips parsing, validation and key hashing. Bad bodies are not kept."""
         if len(raw) > _MEMO_MAX_BODY:
-            return prepare(endpoint, _loads(raw), tenant, namespace)
+            return prepare(endpoint, loads(raw), tenant, namespace)
         memo_key = (endpoint, tenant, namespace, raw)
         req = self._memo.get(memo_key)
         if req is None:
-            req = prepare(endpoint, _loads(raw), tenant, namespace)
+            req = prepare(endpoint, loads(raw), tenant, namespace)
             if len(self._memo) >= _MEMO_SIZE:
                 self._memo.pop(next(iter(self._memo)))  # oldest first
             self._memo[memo_key] = req
@@ -235,8 +214,10 @@ class Proxy:
             req = self._prepare(endpoint, raw, tenant, controls.namespace)
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
-            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
-        if controls.no_cache:
+            return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
+        if req.passthrough is not None:  # state upstream: forwarded, never stored
+            outcome, controls = PASSTHROUGH, dataclasses.replace(controls, no_store=True)
+        elif controls.no_cache:
             outcome = {"x-cachekit-cache": "BYPASS"}
         else:
             found = await self.llm.alookup(
@@ -248,7 +229,7 @@ class Proxy:
             if found.reason:
                 self.metrics.refusals.labels(refusal_kind(found.reason)).inc()
         self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
-        if controls.only_if_cached:
+        if controls.only_if_cached and req.passthrough is None:
             return error_response(
                 504,
                 "Not in the cache (Cache-Control: only-if-cached).",
@@ -274,13 +255,14 @@ class Proxy:
         metrics.saved(model, usage, self.prices.cost(model, usage))
         metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
         if req.stream and req.endpoint != EMBEDDINGS:
-            events = sse_stream(
-                response, include_usage=req.include_usage, pieces=self.config.proxy.stream_pieces
+            pieces = self.config.proxy.stream_pieces
+            events = (
+                responses_sse(response, pieces=pieces)
+                if req.endpoint == RESPONSES
+                else sse_stream(response, include_usage=req.include_usage, pieces=pieces)
             )
-            return StreamingResponse(
-                _aiter(events), media_type="text/event-stream", headers=headers
-            )
-        return Response(_dumps(response), media_type=_JSON, headers=headers)
+            return StreamingResponse(aiter(events), media_type="text/event-stream", headers=headers)
+        return Response(dumps(response), media_type=JSON, headers=headers)
 
     # ------------------------------------------------------------------ feedback
 
@@ -291,6 +273,10 @@ class Proxy:
         if ref is None:
             return response
         rid = _hit_id(response.get("id"), req.endpoint)
+        if req.endpoint == RESPONSES and req.body.get("store") is not False:
+            # The upstream stored the answer under its id: a client may continue from it
+            # (previous_response_id), which a fresh id would break. Feedback finds the hit by it.
+            rid = str(response.get("id") or rid)
         hits = self._hits
         hits[rid] = (req.tenant, ref)
         while len(hits) > HITS_REMEMBERED:
@@ -306,7 +292,7 @@ class Proxy:
             rid, correct = parse_feedback(await self._read_body(request))
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
-            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
+            return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
         held = self._hits.get(rid)
         if held is None or held[0] != tenant:
             return error_response(
@@ -321,7 +307,7 @@ class Proxy:
         recorded = await asyncio.to_thread(self.llm.feedback, held[1], correct)
         verdict = "correct" if correct else "wrong"
         self.metrics.feedback.labels(verdict, "true" if recorded else "false").inc()
-        return Response(_dumps({"recorded": recorded}), media_type=_JSON)
+        return Response(dumps({"recorded": recorded}), media_type=JSON)
 
     def _upstream_error(self, exc: Exception) -> Response:
         self.upstream_health.record(*describe(None, exc))
@@ -352,11 +338,16 @@ class Proxy:
         """Ask the upstream, answer the client, and store the answer when it may be: a whole
         response after it was sent, a stream (relayed event by event) once it completed."""
         stream = req.stream and req.endpoint != EMBEDDINGS
-        inject = stream and self.config.proxy.stream_usage and not req.include_usage
+        inject = (
+            stream
+            and req.endpoint != RESPONSES  # its final event carries the usage anyway
+            and self.config.proxy.stream_usage
+            and not req.include_usage
+        )
         content = raw
         if inject:  # ask for usage (tokens saved are counted from it), and drop it on the way
             so = req.body.get("stream_options") or {}
-            content = _dumps({**req.body, "stream_options": {**so, "include_usage": True}})
+            content = dumps({**req.body, "stream_options": {**so, "include_usage": True}})
         t0 = time.perf_counter()
         resp = await self._send(request, req, content, stream, t0)
         if isinstance(resp, Response):
@@ -415,9 +406,7 @@ class Proxy:
         await self._store(req, status, body, ttl)
 
     async def _store(self, req: LLMRequest, status: int, body: Any, ttl: float | None) -> None:
-        ok, reason = cacheable_response(
-            req.endpoint, status, body, cache_length=self.llm.cache_length
-        )
+        ok, reason = self.llm.cacheable(req.endpoint, status, body)
         if not ok:
             self.metrics.not_stored.labels(reason.split(" ")[0]).inc()
             return
@@ -447,7 +436,7 @@ class Proxy:
             return Response(data, status_code=resp.status_code, headers=out)
         release = self._releaser(req, resp, t0)
         relay = self._relay(req, resp, drop_usage, controls, release)
-        return _RelayResponse(relay, release, status_code=resp.status_code, headers=out)
+        return RelayResponse(relay, release, status_code=resp.status_code, headers=out)
 
     def _releaser(
         self, req: LLMRequest, resp: httpx.Response, t0: float
@@ -479,7 +468,8 @@ class Proxy:
     ) -> AsyncIterator[bytes]:
         """Upstream events to the client as they arrive; the assembled answer is stored only
         if the stream completed. A broken upstream stream breaks the client's too."""
-        asm = StreamAssembler(max_answer_bytes=self.config.proxy.max_answer_bytes)
+        kind = ResponsesStreamAssembler if req.endpoint == RESPONSES else StreamAssembler
+        asm = kind(max_answer_bytes=self.config.proxy.max_answer_bytes)
         finished = False
         try:
             async for data in resp.aiter_raw():
@@ -509,7 +499,7 @@ class Proxy:
             caller_key(request.headers.items())  # one credential, as on the cached endpoints
         except RequestError as exc:
             self.metrics.errors.labels("bad_request").inc()
-            return Response(_dumps(exc.body()), status_code=exc.status, media_type=_JSON)
+            return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
         self.metrics.passthrough.inc()
         url = self.upstream + request.url.path
         if request.url.query:
@@ -538,6 +528,7 @@ class Proxy:
         headers = response_headers(
             resp.headers, HOP_BY_HOP - {"content-length"} | {"date", "server"}
         )
+        headers.update(PASSTHROUGH)
         return StreamingResponse(
             resp.aiter_raw(),
             status_code=resp.status_code,
@@ -569,32 +560,13 @@ class Proxy:
         }
 
 
-class _RelayResponse(StreamingResponse):
-    """A relayed stream that releases its upstream however the response ends, including a
-    client that left before the first byte (then the relay never starts)."""
-
-    def __init__(
-        self,
-        content: AsyncIterator[bytes],
-        release: Callable[[], Awaitable[None]],
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(content, **kwargs)
-        self._release = release
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._release()
-
-
 def _hit_id(original: Any, endpoint: str) -> str:
     """A fresh response id in the stored one's style (``chatcmpl-ck<24 hex>``)."""
-    prefix = original.split("-", 1)[0] if isinstance(original, str) else ""
+    sep = "_" if endpoint == RESPONSES else "-"
+    prefix = original.split(sep, 1)[0] if isinstance(original, str) else ""
     if not _ID_PREFIX.fullmatch(prefix):
-        prefix = "chatcmpl" if endpoint == CHAT else "cmpl"
-    return f"{prefix}-ck{secrets.token_hex(12)}"
+        prefix = {CHAT: "chatcmpl", RESPONSES: "resp"}.get(endpoint, "cmpl")
+    return f"{prefix}{sep}ck{secrets.token_hex(12)}"
 
 
 _HAS_TIMEOUT = sys.version_info >= (3, 11)
@@ -602,23 +574,8 @@ _HAS_TIMEOUT = sys.version_info >= (3, 11)
 _ERROR_REASON = {413: "too_large", 408: "body_timeout"}
 
 
-async def _body_within(request: Request, limit: int, too_large: RequestError) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _usage_only(chunk: Any) -> bool:
     return isinstance(chunk, dict) and chunk.get("choices") == [] and bool(chunk.get("usage"))
-
-
-async def _aiter(items: Any) -> AsyncIterator[bytes]:
-    for item in items:
-        yield item
 
 
 def create_app(
@@ -640,7 +597,7 @@ def create_app(
         title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.proxy = proxy
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
     @app.post(CHAT)
     async def chat(request: Request) -> Response:
@@ -653,6 +610,10 @@ def create_app(
     @app.post(EMBEDDINGS)
     async def embeddings(request: Request) -> Response:
         return await proxy.cached(request, EMBEDDINGS)
+
+    @app.post(RESPONSES)
+    async def responses(request: Request) -> Response:
+        return await proxy.cached(request, RESPONSES)
 
     @app.post(FEEDBACK_PATH)
     async def feedback(request: Request) -> Response:
@@ -673,26 +634,6 @@ def create_app(
         return await proxy.passthrough(request)
 
     return app
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """Unknown paths and methods, answered as the OpenAI API answers them (an ``error`` body a
-    client library can show), with a hint when the client's base URL lacks ``/v1``."""
-    status = getattr(exc, "status_code", 500)
-    where = f"{request.method} {request.url.path}"
-    if status == 404:
-        message = f"Unknown request URL: {where}."
-        path = request.url.path
-        if not path.startswith("/v1/"):
-            message += (
-                f" Did you mean /v1{path}? Point the client's base URL at this server's /v1 "
-                f"(for example base_url='{request.base_url}v1')."
-            )
-        return error_response(404, message, code="unknown_url")
-    if status == 405:
-        return error_response(405, f"Method not allowed: {where}.", code="method_not_allowed")
-    detail = getattr(exc, "detail", None) or "error"
-    return error_response(status, str(detail), code=None)
 
 
 def app_from_env() -> FastAPI:

@@ -172,9 +172,11 @@ class ProxyMetrics:
         return found
 
     def saved(self, model: str, usage: Any, dollars: float | None) -> None:
+        """A hit saved ``usage``'s tokens (chat and completions' prompt/completion counts, the
+        Responses API's input/output ones) and ``dollars`` (``None``: unpriced)."""
         if isinstance(usage, dict):
-            for kind, label in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
-                n = usage.get(kind)
+            for kinds, label in _TOKEN_KINDS:
+                n = usage.get(kinds[0], usage.get(kinds[1]))
                 if isinstance(n, int) and n > 0:
                     self.child(self.tokens_saved, model, label).inc(n)
         if dollars is None:
@@ -184,3 +186,11 @@ class ProxyMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+#: Usage counts by the label of ``tokens_saved``: chat and completions name them one way, the
+#: Responses API the other.
+_TOKEN_KINDS = (
+    (("prompt_tokens", "input_tokens"), "prompt"),
+    (("completion_tokens", "output_tokens"), "completion"),
+)

@@ -24,11 +24,13 @@ from urllib.parse import urlsplit
 from cachekit.cache import Status
 from cachekit.llm import (
     PRICES_AS_OF,
+    RESPONSES,
     CacheLookup,
     LLMCacheConfig,
     LLMRequest,
     PriceTable,
     RequestError,
+    ResponsesStreamAssembler,
     StreamAssembler,
     build_cache,
     cacheable_response,
@@ -104,11 +106,14 @@ def _last_message(body: dict[str, Any]) -> str:
     return str(body.get("prompt", body.get("input", "")))[:500]
 
 
-def _assemble(body: Any) -> tuple[dict[str, Any] | None, bool]:
+def _assemble(body: Any, endpoint: str = "") -> tuple[dict[str, Any] | None, bool]:
     """``(completion, complete)`` of a logged response: a completion object as is; a stream
-    logged as SSE text or as a list of chunk objects assembled as the proxy assembles it."""
+    logged as SSE text or as a list of chunk (or Responses event) objects assembled as the
+    proxy assembles it."""
     if isinstance(body, dict):
         return body, True
+    if endpoint == RESPONSES:
+        return _assemble_events(body)
     asm = StreamAssembler()
     if isinstance(body, str):
         asm.feed(body.encode("utf-8"))
@@ -124,11 +129,26 @@ def _assemble(body: Any) -> tuple[dict[str, Any] | None, bool]:
     return asm.result(), asm.complete
 
 
+def _assemble_events(body: Any) -> tuple[dict[str, Any] | None, bool]:
+    """A Responses API stream logged as SSE text or as a list of event objects."""
+    asm = ResponsesStreamAssembler()
+    if isinstance(body, str):
+        asm.feed(body.encode("utf-8"))
+    elif isinstance(body, list):
+        for item in body:
+            asm.feed(sse_event(item))
+    else:
+        return None, False
+    return asm.result(), asm.complete
+
+
 def _usage(body: dict[str, Any] | None) -> Usage:
     u = body.get("usage") if isinstance(body, dict) else None
     if not isinstance(u, dict):
         return Usage(0, 0)
-    p, c = u.get("prompt_tokens"), u.get("completion_tokens")
+    # Chat and completions: prompt/completion tokens; the Responses API: input/output tokens.
+    p = u.get("prompt_tokens", u.get("input_tokens"))
+    c = u.get("completion_tokens", u.get("output_tokens"))
     return Usage(p if isinstance(p, int) else 0, c if isinstance(c, int) else 0)
 
 
@@ -145,11 +165,15 @@ def prepare_log(parsed: ParsedLog, config: LLMCacheConfig) -> Prepared:
         except RequestError:
             out.skipped.add(INVALID_REQUEST, f"line {rec.line}")
             continue
-        body, complete = _assemble(rec.response)
+        body, complete = _assemble(rec.response, endpoint)
         ok = (
             complete
             and cacheable_response(
-                endpoint, rec.status_code, body, cache_length=config.cache_length
+                endpoint,
+                rec.status_code,
+                body,
+                cache_length=config.cache_length,
+                cache_refusals=config.cache_refusals,
             )[0]
         )
         out.records.append(rec)

@@ -1,0 +1,124 @@
+"""The proxy's HTTP pieces that know nothing of caching: JSON in and out, OpenAI-style error
+bodies, a body read within its limit, and a streamed response that releases its upstream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from cachekit.llm import RequestError, parse_body
+from cachekit.llm.rules import check_depth
+
+__all__ = [
+    "JSON",
+    "RelayResponse",
+    "aiter",
+    "body_within",
+    "dumps",
+    "error_response",
+    "http_error",
+    "loads",
+]
+
+JSON = "application/json"
+
+
+try:  # a faster encoder for answers when installed (the proxy extra installs it)
+    import orjson
+
+    def dumps(obj: Any) -> bytes:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # integers beyond 64 bits and the like
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def loads(raw: bytes) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return parse_body(raw)  # the standard parser says what is wrong (or accepts it)
+        except RecursionError:
+            return parse_body(raw)  # refused there, with the nesting limit named
+        if not isinstance(body, dict):
+            return parse_body(raw)
+        check_depth(body, raw)
+        return body
+
+except ImportError:  # pragma: no cover - depends on the environment
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    loads = parse_body
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> Response:
+    """An OpenAI-style error body with ``status``."""
+    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return Response(dumps(body), status_code=status, media_type=JSON)
+
+
+class RelayResponse(StreamingResponse):
+    """A relayed stream that releases its upstream however the response ends, including a
+    client that left before the first byte (then the relay never starts)."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        release: Callable[[], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
+
+
+async def body_within(request: Request, limit: int, too_large: RequestError) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def aiter(items: Any) -> AsyncIterator[bytes]:
+    for item in items:
+        yield item
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and methods, answered as the OpenAI API answers them (an ``error`` body a
+    client library can show), with a hint when the client's base URL lacks ``/v1``."""
+    status = getattr(exc, "status_code", 500)
+    where = f"{request.method} {request.url.path}"
+    if status == 404:
+        message = f"Unknown request URL: {where}."
+        path = request.url.path
+        if not path.startswith("/v1/"):
+            message += (
+                f" Did you mean /v1{path}? Point the client's base URL at this server's /v1 "
+                f"(for example base_url='{request.base_url}v1')."
+            )
+        return error_response(404, message, code="unknown_url")
+    if status == 405:
+        return error_response(405, f"Method not allowed: {where}.", code="method_not_allowed")
+    detail = getattr(exc, "detail", None) or "error"
+    return error_response(status, str(detail), code=None)
