@@ -6,7 +6,7 @@ name selects a behaviour:
 
 * ``fake-error``: HTTP 500 with an OpenAI-style error body;
 * ``fake-break``: a streamed answer that breaks off after a few chunks (non-streamed: 502);
-* ``fake-length``: ``finish_reason: length``;
+* ``fake-length``: ``finish_reason: length`` (for ``/v1/responses`` see below);
 * ``fake-slow``: waits ``slow_s`` (default 3 s) before answering;
 * ``fake-gated``: a streamed answer that sends two chunks, then waits until :attr:`gate` is set
   (so a test can check that a relay forwards chunks before the stream ends);
@@ -14,9 +14,20 @@ name selects a behaviour:
   answers, so a test tells a cached answer (same ``n``) from a fresh one.
 
 Requests with ``tools`` get a tool call; ``n`` gives that many choices; embeddings are hashed
-vectors of the inputs. Every request is recorded in :attr:`FakeUpstream.calls`. Other routes:
-``GET /v1/models``; ``/v1/echo/...`` (any method) answers with what it received, with the
-status given by the ``status`` query parameter; ``GET /v1/stream-echo?n=K`` streams K lines.
+vectors of the inputs. Every request is recorded in :attr:`FakeUpstream.calls`.
+
+``POST /v1/responses`` speaks the Responses API, whole or streamed (typed ``event:`` lines, no
+``[DONE]``), answering the last user input the same way (a ``function_call`` item when the request
+has ``tools``). The model names above work there too, and:
+
+* ``fake-length``: ``status: incomplete`` for ``max_output_tokens`` (streamed: ends with
+  ``response.incomplete``) instead of a ``finish_reason``;
+* ``fake-failed``: ``status: failed`` with an ``error`` (streamed: ends with ``response.failed``);
+* ``fake-refusal``: the message is a ``refusal`` part instead of ``output_text``.
+
+Other routes: ``GET /v1/models``; ``/v1/echo/...`` (any method) answers with what it received,
+with the status given by the ``status`` query parameter; ``GET /v1/stream-echo?n=K`` streams K
+lines.
 """
 
 from __future__ import annotations
@@ -48,6 +59,96 @@ def _text_of(body: dict[str, Any]) -> str:
 
 def _event(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _typed_event(obj: dict[str, Any]) -> bytes:
+    """A Responses API SSE event: an ``event:`` line with its type, compact JSON ``data:``."""
+    data = json.dumps(obj, separators=(",", ":"))
+    return f"event: {obj['type']}\ndata: {data}\n\n".encode()
+
+
+def _input_text(body: dict[str, Any]) -> str:
+    """The text a Responses API request asks about: ``input`` itself when a string, else the
+    last user item's text."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return str(items or "")
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                parts = [p for p in content if isinstance(p, dict)]
+                return "\n".join(
+                    str(p.get("text", "")) for p in parts if p.get("type") == "input_text"
+                )
+            return str(content or "")
+    return ""
+
+
+def _pieces(text: str, n: int = 4) -> list[str]:
+    """``text`` cut into about ``n`` pieces (at least one)."""
+    size = max(1, -(-len(text) // n))
+    return [text[k : k + size] for k in range(0, len(text), size)] or [""]
+
+
+def _part_events(part: dict[str, Any], where: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The events that stream content ``part`` (output text or refusal) of a message."""
+    field = "refusal" if part["type"] == "refusal" else "text"
+    yield {"type": "response.content_part.added", **where, "part": {**part, field: ""}}
+    if part["type"] == "refusal":
+        for piece in _pieces(part["refusal"]):
+            yield {"type": "response.refusal.delta", **where, "delta": piece}
+        yield {"type": "response.refusal.done", **where, "refusal": part["refusal"]}
+    else:
+        for piece in _pieces(part["text"]):
+            yield {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
+        yield {"type": "response.output_text.done", **where, "text": part["text"], "logprobs": []}
+    yield {"type": "response.content_part.done", **where, "part": part}
+
+
+def _item_events(item: dict[str, Any], i: int) -> Iterator[dict[str, Any]]:
+    """The events that stream output ``item`` (a message or a function call) at index ``i``."""
+    where = {"item_id": item["id"], "output_index": i}
+    if item["type"] == "function_call":
+        added = {**item, "arguments": "", "status": "in_progress"}
+        yield {"type": "response.output_item.added", "output_index": i, "item": added}
+        for piece in _pieces(item["arguments"]):
+            yield {"type": "response.function_call_arguments.delta", **where, "delta": piece}
+        args = item["arguments"]
+        yield {"type": "response.function_call_arguments.done", **where, "arguments": args}
+    else:
+        added = {**item, "content": [], "status": "in_progress"}
+        yield {"type": "response.output_item.added", "output_index": i, "item": added}
+        for j, part in enumerate(item["content"]):
+            yield from _part_events(part, {**where, "content_index": j})
+    yield {"type": "response.output_item.done", "output_index": i, "item": item}
+
+
+def _response_events(done: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Responses API stream events of the final response ``done``, numbered from 0."""
+    start = {
+        **done,
+        "status": "in_progress",
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+    }
+    last = {
+        "completed": "response.completed",
+        "incomplete": "response.incomplete",
+        "failed": "response.failed",
+    }[done["status"]]
+
+    def events() -> Iterator[dict[str, Any]]:
+        yield {"type": "response.created", "response": start}
+        yield {"type": "response.in_progress", "response": start}
+        for i, item in enumerate(done["output"]):
+            yield from _item_events(item, i)
+        yield {"type": last, "response": done}
+
+    for k, event in enumerate(events()):
+        yield {**event, "sequence_number": k}
 
 
 def _error(status: int, message: str) -> Response:
@@ -179,6 +280,79 @@ class FakeUpstream:
             out.append({**base, "choices": [], "usage": done["usage"]})
         return out
 
+    def _output_item(self, body: dict[str, Any], text: str, n: int) -> dict[str, Any]:
+        """The one output item of answer ``n``: a message, a refusal or a function call."""
+        cut = body.get("model") in ("fake-length", "fake-failed")
+        status = "incomplete" if cut else "completed"
+        if body.get("tools"):
+            name = body["tools"][0].get("name", "tool")
+            return {
+                "type": "function_call",
+                "id": f"fc_{n}",
+                "call_id": f"call_{n}",
+                "name": name,
+                "arguments": json.dumps({"q": text}),
+                "status": status,
+            }
+        part: dict[str, Any] = {
+            "type": "output_text",
+            "text": f"Answer #{n} to: {text}",
+            "annotations": [],
+        }
+        if body.get("model") == "fake-refusal":
+            part = {"type": "refusal", "refusal": "I can't help with that."}
+        return {
+            "type": "message",
+            "id": f"msg_{n}",
+            "status": status,
+            "role": "assistant",
+            "content": [part],
+        }
+
+    def _response(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A final Responses API object answering ``body``, its status as the model name asks."""
+        text = _input_text(body)
+        model = body.get("model", "")
+        n = self._answer_number()
+        item = self._output_item(body, text, n)
+        said = item.get("arguments") or " ".join(
+            p.get("text") or p.get("refusal") or "" for p in item.get("content", [])
+        )
+        status, error, incomplete = "completed", None, None
+        if model == "fake-length":
+            status, incomplete = "incomplete", {"reason": "max_output_tokens"}
+        elif model == "fake-failed":
+            status, error = "failed", {"code": "server_error", "message": "failed on purpose"}
+        input_tokens, output_tokens = len(text.split()), len(said.split())
+        return {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": status,
+            "error": error,
+            "incomplete_details": incomplete,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": model,
+            "output": [item],
+            "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"),
+            "temperature": body.get("temperature", 1.0),
+            "top_p": body.get("top_p", 1.0),
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "metadata": body.get("metadata") or {},
+            "usage": {
+                "input_tokens": input_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input_tokens + output_tokens,
+            },
+        }
+
     def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         data = []
@@ -234,22 +408,38 @@ class FakeUpstream:
             if chat
             else [{**done, "choices": [c]} for c in done["choices"]]
         )
-        events = self._events(chunks, broken=model == "fake-break", gated=model == "fake-gated")
+        frames = [*map(_event, chunks), b"data: [DONE]\n\n"]
+        events = self._events(frames, broken=model == "fake-break", gated=model == "fake-gated")
+        return StreamingResponse(events, media_type="text/event-stream")
+
+    async def _respond(self, body: dict[str, Any]) -> Response:
+        """A Responses API answer, whole or streamed, as the model name asks."""
+        model = body.get("model")
+        if model == "fake-error":
+            return _error(500, "the fake upstream failed on purpose")
+        if model == "fake-slow":
+            await asyncio.sleep(self.slow_s)
+        done = self._response(body)
+        if not body.get("stream"):
+            if model == "fake-break":
+                return _error(502, "broken")
+            return JSONResponse(done)
+        frames = [_typed_event(e) for e in _response_events(done)]
+        events = self._events(frames, broken=model == "fake-break", gated=model == "fake-gated")
         return StreamingResponse(events, media_type="text/event-stream")
 
     async def _events(
-        self, chunks: list[dict[str, Any]], *, broken: bool, gated: bool
+        self, frames: list[bytes], *, broken: bool, gated: bool
     ) -> AsyncIterator[bytes]:
-        """The SSE events of ``chunks`` and ``[DONE]``; ``broken`` breaks off at the fourth,
-        ``gated`` waits for :attr:`gate` before the third."""
-        for k, chunk in enumerate(chunks):
+        """The SSE ``frames`` one by one; ``broken`` breaks off after the third, ``gated`` waits
+        for :attr:`gate` before the third."""
+        for k, frame in enumerate(frames):
             if broken and k == 3:
                 raise ConnectionResetError("the fake upstream broke off on purpose")
             if gated and k == 2:
                 await asyncio.to_thread(self.gate.wait, 30.0)
-            yield _event(chunk)
+            yield frame
             await asyncio.sleep(0)
-        yield b"data: [DONE]\n\n"
 
     def _build(self) -> Any:
         app = FastAPI()
@@ -263,6 +453,11 @@ class FakeUpstream:
         async def completions(request: Request) -> Response:
             body, _ = await self._record(request)
             return await self._generate(body, chat=False)
+
+        @app.post("/v1/responses")
+        async def responses(request: Request) -> Response:
+            body, _ = await self._record(request)
+            return await self._respond(body)
 
         @app.post("/v1/embeddings")
         async def embeddings(request: Request) -> Response:
