@@ -880,3 +880,55 @@ def test_listed_texts_are_cut_around_their_difference() -> None:
     assert a.startswith("…") and a.endswith("What is the fee on 61 units?")
     assert b.endswith("And on 63 units?")
     assert shorten_pair(DRIVE_61, DRIVE_63) == (DRIVE_61, DRIVE_63)  # short texts: whole
+
+
+def _responses_answer(cid: str, text: str) -> dict[str, Any]:
+    return {
+        "id": f"resp_{cid}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": "gpt-4.1-mini",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{cid}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"About {text}", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28},
+    }
+
+
+def test_batch_files_of_responses_requests_replay(tmp_path: Path) -> None:
+    """A Batch API log whose lines target /v1/responses: keyed and stored by the same rules as
+    the proxy, tokens saved read from input/output tokens; a background request is never
+    cached, and an incomplete answer never stored."""
+    rows = [
+        ("a", "How do I reset my password", {}, "completed"),
+        ("b", "How do I reset my password", {}, "completed"),  # exact repeat: a hit
+        ("c", "Summarise the report", {"background": True}, "completed"),
+        ("d", "Summarise the report", {"background": True}, "completed"),  # never cached
+        ("e", "Write a long story", {}, "incomplete"),
+        ("f", "Write a long story", {}, "completed"),  # the incomplete one was not stored
+    ]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    with inp.open("w") as fi, out.open("w") as fo:
+        for cid, text, extra, status in rows:
+            body = {"model": "gpt-4.1-mini", "input": text, **extra}
+            line = {"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body}
+            fi.write(json.dumps(line) + "\n")
+            answer = _responses_answer(cid, text)
+            if status != "completed":
+                answer["status"] = status
+                answer["incomplete_details"] = {"reason": "max_output_tokens"}
+            result = {"status_code": 200, "body": answer}
+            fo.write(json.dumps({"custom_id": cid, "response": result}) + "\n")
+    d = run_replay(inp, out, options=_opts()).to_dict()
+    assert d["requests"] == 6
+    assert d["hits"]["exact"] == 1 and d["misses"] == 5
+    assert d["tokens_saved"] == {"prompt": 20, "completion": 8}
