@@ -12,13 +12,16 @@ import pytest
 from cachekit.adapters.openai import cached_client
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseFunctionToolCall
 
-from cachekit import Cache
-from cachekit.llm import LLMCache
+from cachekit import Cache, Status
+from cachekit.llm import CacheLookup, LLMCache
 from cachekit.proxy.testing import FakeUpstream, UpstreamServer
 from cachekit.semantic.testing import DeterministicTestEmbedder
 
 MODEL = "gpt-4o-mini"
+RESPONSES = "/v1/responses"
+TOOLS: list[Any] = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +178,165 @@ async def test_embeddings(upstream: Any, llm: LLMCache, mode: str) -> None:
     assert calls(upstream, client, "/v1/embeddings") == 1
 
 
+def deltas(events: list[Any], kind: str = "response.output_text.delta") -> str:
+    return "".join(e.delta for e in events if e.type == kind)
+
+
+async def final_of(manager: Any) -> Any:
+    """The final response of the SDK's ``responses.stream(...)`` helper, sync or async."""
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            return await stream.get_final_response()
+    with manager as stream:
+        return stream.get_final_response()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_responses_exact_and_semantic_hits(upstream: Any, llm: LLMCache, mode: str) -> None:
+    client = make(upstream, llm, mode)
+    first = await call(client.responses.create(model=MODEL, input="How do I reset my password"))
+    again = await call(
+        client.responses.create(model=MODEL, input="How do I reset my password", user="ignored")
+    )
+    para = await call(
+        client.responses.create(model=MODEL, input="how do I reset my password please")
+    )
+    assert isinstance(again, Response) and isinstance(para, Response)
+    assert again.output_text == para.output_text == first.output_text
+    assert first.output_text.endswith(" to: How do I reset my password")
+    assert calls(upstream, client, RESPONSES) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_responses_streamed_hit_replays_typed_events(
+    upstream: Any, llm: LLMCache, mode: str
+) -> None:
+    client = make(upstream, llm, mode)
+    whole = await call(client.responses.create(model=MODEL, input="Explain caching briefly"))
+    stream = await call(
+        client.responses.create(model=MODEL, input="Explain caching briefly", stream=True)
+    )
+    assert isinstance(stream, openai.AsyncStream if mode == "async" else openai.Stream)
+    events = await chunks_of(stream)
+    assert deltas(events) == whole.output_text
+    assert sum(1 for e in events if e.type == "response.output_text.delta") >= 3
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and isinstance(events[-1], ResponseCompletedEvent)
+    assert events[-1].response.output_text == whole.output_text
+    assert calls(upstream, client, RESPONSES) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_responses_streamed_miss_is_relayed_then_stored(
+    upstream: Any, llm: LLMCache, mode: str
+) -> None:
+    client = make(upstream, llm, mode)
+    events = await chunks_of(
+        await call(client.responses.create(model=MODEL, input="stream this", stream=True))
+    )
+    assert events[-1].type == "response.completed"
+    assert deltas(events).endswith(" to: stream this")
+    whole = await call(client.responses.create(model=MODEL, input="stream this"))
+    assert isinstance(whole, Response) and whole.output_text == deltas(events)
+    helper = await final_of(client.responses.stream(model=MODEL, input="stream this"))
+    assert helper.output_text == whole.output_text  # the SDK's helper goes through the cache
+    assert calls(upstream, client, RESPONSES) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_failed_incomplete_and_broken_responses_not_cached(
+    upstream: Any, llm: LLMCache, mode: str
+) -> None:
+    client = make(upstream, llm, mode)
+    for model, last in (("fake-failed", "response.failed"), ("fake-length", "response.incomplete")):
+        for _ in range(2):
+            whole = await call(client.responses.create(model=model, input="cut short"))
+            assert whole.status in ("failed", "incomplete")
+            events = await chunks_of(
+                await call(client.responses.create(model=model, input="cut short", stream=True))
+            )
+            assert events[-1].type == last
+    for _ in range(2):
+        with pytest.raises(openai.APIError):
+            await chunks_of(
+                await call(client.responses.create(model="fake-break", input="x", stream=True))
+            )
+    assert calls(upstream, client, RESPONSES) == 10
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_responses_function_calls_are_cached(upstream: Any, llm: LLMCache, mode: str) -> None:
+    client = make(upstream, llm, mode)
+    first = await call(client.responses.create(model=MODEL, input="weather", tools=TOOLS))
+    again = await call(client.responses.create(model=MODEL, input="weather", tools=TOOLS))
+    assert isinstance(again.output[0], ResponseFunctionToolCall)
+    assert again.output[0].arguments == first.output[0].arguments
+    events = await chunks_of(
+        await call(client.responses.create(model=MODEL, input="weather", tools=TOOLS, stream=True))
+    )
+    args = deltas(events, "response.function_call_arguments.delta")
+    assert args == first.output[0].arguments
+    assert calls(upstream, client, RESPONSES) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_background_and_conversation_pass_through(
+    upstream: Any, llm: LLMCache, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def untouched(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a passthrough request reached the cache")
+
+    for name in ("lookup", "alookup", "store", "astore"):
+        monkeypatch.setattr(llm, name, untouched)
+    client = make(upstream, llm, mode)
+    for _ in range(2):
+        await call(client.responses.create(model=MODEL, input="later", background=True))
+        await call(client.responses.create(model=MODEL, input="next", conversation="conv_1"))
+    assert calls(upstream, client, RESPONSES) == 4
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_feedback_on_a_responses_semantic_hit(
+    upstream: Any, llm: LLMCache, mode: str
+) -> None:
+    client = make(upstream, llm, mode)
+    stored, para = "How do I rotate my signing keys", "how do I rotate my signing keys please"
+    await call(client.responses.create(model=MODEL, input=stored))
+    await call(client.responses.create(model=MODEL, input=para))
+    assert calls(upstream, client, RESPONSES) == 1  # the paraphrase was a hit
+    assert await call(client.feedback(False, model=MODEL, input="never asked")) is False
+    assert await call(client.feedback(False, model=MODEL, input=para)) is True
+    await call(client.responses.create(model=MODEL, input=para))
+    assert calls(upstream, client, RESPONSES) == 2  # demoted: computed upstream
+
+
 def test_rejects_other_clients(llm: LLMCache) -> None:
     with pytest.raises(TypeError):
         cached_client(object(), llm)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_stored_answer_the_sdk_cannot_read_is_a_miss(
+    upstream: Any, llm: LLMCache, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry holding an output item this openai package does not know (written from a newer
+    upstream's answer) is a miss for the adapter, never a validation error."""
+    client = make(upstream, llm, mode)
+    odd = {
+        "id": "resp_odd",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": MODEL,
+        "output": [{"type": "a_future_item", "id": "x_1", "status": "completed"}],
+    }
+    found = CacheLookup(Status.HIT, odd)
+
+    async def afound(*args: Any, **kwargs: Any) -> CacheLookup:
+        return found
+
+    monkeypatch.setattr(llm, "lookup", lambda *args, **kwargs: found)
+    monkeypatch.setattr(llm, "alookup", afound)
+    got = await call(client.responses.create(model=MODEL, input="What is new in this release"))
+    assert isinstance(got, Response) and got.output_text.startswith("Answer #")
+    assert calls(upstream, client, RESPONSES) == 1
