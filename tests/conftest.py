@@ -9,7 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
+
+from cachekit.proxy.testing import FakeUpstream, serving
 
 sys.path.insert(0, str(Path(__file__).parent))  # so test modules can `import redis_servers`
 
@@ -123,3 +126,28 @@ def closing() -> Iterator[Callable[[Any], Any]]:
     for fn in made:
         fn.close()
         fn.cache.close()
+
+
+# ---------------------------------------------------------------------- the proxy's tests
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    """A fake OpenAI-compatible upstream over real HTTP, one per test module (a module may
+    define its own: test_proxy_poison does)."""
+    with serving(FakeUpstream()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def key() -> str:
+    """An API key of its own for this test: a tenant no other test shares."""
+    return f"sk-test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def client(proxy: Any, key: str) -> Iterator[openai.OpenAI]:
+    """The official openai client for the module's ``proxy`` fixture, with this test's key."""
+    c = openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, timeout=20.0)
+    yield c
+    c.close()

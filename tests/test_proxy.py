@@ -21,7 +21,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -107,12 +107,6 @@ class ProxyProcess:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream(slow_s=3.0)) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
     p = ProxyProcess(
         upstream.url,
@@ -129,20 +123,8 @@ def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
         p.stop()
 
 
-@pytest.fixture
-def key() -> str:
-    return f"sk-test-{uuid.uuid4().hex}"
-
-
 def make_client(proxy: ProxyProcess, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, timeout=20.0)
-
-
-@pytest.fixture
-def client(proxy: ProxyProcess, key: str) -> Iterator[openai.OpenAI]:
-    c = make_client(proxy, key)
-    yield c
-    c.close()
 
 
 def upstream_calls(upstream: FakeUpstream, key: str, path: str = CHAT) -> int:

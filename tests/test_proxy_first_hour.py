@@ -11,14 +11,8 @@ from redis_servers import free_port
 from test_proxy import ProxyProcess
 
 from cachekit.cli import main
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream()) as fake:
-        yield fake
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,10 @@ import pytest
 from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
 from cachekit.llm.rules import MAX_JSON_DEPTH, RequestError, caller_key, check_depth, parse_body
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
 
 Headers = list[tuple[Any, Any]]  # str or bytes names and values
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream()) as fake:
-        yield fake
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,14 +21,8 @@ from test_proxy import (
     wait_cached,
 )
 
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream()) as fake:
-        yield fake
 
 
 def test_two_replicas_share_exact_and_semantic_entries(

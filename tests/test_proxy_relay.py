@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
 
 from cachekit.proxy.app import create_app
 from cachekit.proxy.config import ProxyConfig
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream()) as fake:
-        yield fake
 
 
 def _scope(body: bytes) -> dict[str, Any]:

@@ -3,7 +3,6 @@ against a fake upstream that speaks the Responses event stream."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,19 +10,13 @@ import httpx
 import openai
 import pytest
 from openai.types.responses import Response
-from test_proxy import ProxyProcess, make_client, report
+from test_proxy import ProxyProcess, report
 
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
 
 RESPONSES = "/v1/responses"
 MODEL = "gpt-4.1-mini"
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with serving(FakeUpstream()) as fake:
-        yield fake
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +26,6 @@ def proxy(upstream: FakeUpstream) -> Iterator[ProxyProcess]:
         yield p
     finally:
         p.stop()
-
-
-@pytest.fixture
-def key() -> str:
-    return f"sk-test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def client(proxy: ProxyProcess, key: str) -> Iterator[openai.OpenAI]:
-    c = make_client(proxy, key)
-    yield c
-    c.close()
 
 
 def calls(upstream: FakeUpstream, key: str) -> int:
