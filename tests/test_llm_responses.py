@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from responses_bodies import responses_answer
 
 from cachekit.llm import (
     RESPONSES,
@@ -30,32 +31,7 @@ def request(**extra: Any) -> dict[str, Any]:
 
 
 def answer(text: str = "Open settings, then security.", **extra: Any) -> dict[str, Any]:
-    return {
-        "id": "resp_abc",
-        "object": "response",
-        "created_at": 1_700_000_000,
-        "status": "completed",
-        "error": None,
-        "incomplete_details": None,
-        "model": "gpt-4.1-mini",
-        "output": [
-            {
-                "type": "message",
-                "id": "msg_1",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }
-        ],
-        "usage": {
-            "input_tokens": 12,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 7,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 19,
-        },
-        **extra,
-    }
+    return responses_answer(text, **extra)
 
 
 def key(body: dict[str, Any]) -> str:

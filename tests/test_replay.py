@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from responses_bodies import responses_answer
 
 from cachekit.replay.cli import parse_sweep
 from cachekit.replay.logs import FIRST_LINES_KEPT
@@ -882,28 +883,6 @@ def test_listed_texts_are_cut_around_their_difference() -> None:
     assert shorten_pair(DRIVE_61, DRIVE_63) == (DRIVE_61, DRIVE_63)  # short texts: whole
 
 
-def _responses_answer(cid: str, text: str) -> dict[str, Any]:
-    return {
-        "id": f"resp_{cid}",
-        "object": "response",
-        "created_at": 1_700_000_000,
-        "status": "completed",
-        "error": None,
-        "incomplete_details": None,
-        "model": "gpt-4.1-mini",
-        "output": [
-            {
-                "type": "message",
-                "id": f"msg_{cid}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": f"About {text}", "annotations": []}],
-            }
-        ],
-        "usage": {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28},
-    }
-
-
 def test_batch_files_of_responses_requests_replay(tmp_path: Path) -> None:
     """A Batch API log whose lines target /v1/responses: keyed and stored by the same rules as
     the proxy, tokens saved read from input/output tokens; a background request is never
@@ -922,7 +901,7 @@ def test_batch_files_of_responses_requests_replay(tmp_path: Path) -> None:
             body = {"model": "gpt-4.1-mini", "input": text, **extra}
             line = {"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body}
             fi.write(json.dumps(line) + "\n")
-            answer = _responses_answer(cid, text)
+            answer = responses_answer(f"About {text}", rid=cid, input_tokens=20, output_tokens=8)
             if status != "completed":
                 answer["status"] = status
                 answer["incomplete_details"] = {"reason": "max_output_tokens"}
