@@ -77,6 +77,9 @@ def test_an_unreachable_upstream_is_said_at_start_and_by_healthz() -> None:
             timeout=10,
         )
         assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
+        assert r.headers["x-cachekit-cache"] == "MISS"
+        models = httpx.get(p.url + "/v1/models", timeout=10)
+        assert models.status_code == 502 and models.headers["x-cachekit-cache"] == "PASSTHROUGH"
     finally:
         p.stop()
 

@@ -350,8 +350,8 @@ class Proxy:
             content = dumps({**req.body, "stream_options": {**so, "include_usage": True}})
         t0 = time.perf_counter()
         resp = await self._send(request, req, content, stream, t0)
-        if isinstance(resp, Response):
-            return resp
+        if isinstance(resp, Response):  # the upstream could not be asked
+            return _tagged(resp, outcome)
         out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
         if stream:
@@ -428,7 +428,7 @@ class Proxy:
             try:
                 data = await resp.aread()
             except httpx.HTTPError as exc:
-                return self._upstream_error(exc)
+                return _tagged(self._upstream_error(exc), out)
             finally:
                 await resp.aclose()
                 self._left(req, t0)
@@ -517,7 +517,7 @@ class Proxy:
             resp = await self.client.send(upstream_req, stream=True)
         except httpx.HTTPError as exc:
             inflight.leave()
-            return self._upstream_error(exc)
+            return _tagged(self._upstream_error(exc), PASSTHROUGH)
         self.upstream_health.reached()
 
         async def close() -> None:
@@ -558,6 +558,13 @@ class Proxy:
             "upstream": up.to_dict(),
             "upstream_in_flight": self.metrics.inflight.now,
         }
+
+
+def _tagged(response: Response, outcome: dict[str, str]) -> Response:
+    """``response`` (one the proxy made itself: an upstream error) with the cache's word on the
+    request in ``x-cachekit-cache``, as every answer to a proxied request has."""
+    response.headers["x-cachekit-cache"] = outcome["x-cachekit-cache"]
+    return response
 
 
 def _hit_id(original: Any, endpoint: str) -> str:
