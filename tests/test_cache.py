@@ -397,6 +397,24 @@ def test_an_unkeyable_argument_is_a_type_error_naming_its_parameter(mode: str) -
     assert call(f, 2) == 2  # and the function still works
 
 
+@pytest.mark.parametrize("default", [1.5, 0.0, -0.0, float("nan")])
+def test_float_arguments_beside_a_float_default_are_told_apart(default: float) -> None:
+    """A float default is checked for zero and NaN once, not on every call: arguments still
+    are, so 0.0 and -0.0 stay two entries whatever the default."""
+    cache = Cache()
+    calls: list[str] = []
+
+    @cache.cached
+    def f(x: float, *, scale: float = default) -> str:
+        calls.append(repr(x))
+        return f"{x!r}*{scale!r}"
+
+    for x in (0.0, -0.0, 0.0, -0.0, 2.5, 2.5):
+        assert f(x) == f"{x!r}*{default!r}"
+    assert calls == ["0.0", "-0.0", "2.5"]
+    assert cache.stats().hits == 3
+
+
 def test_float_arguments_hit_by_bits_through_the_fast_path() -> None:
     cache = Cache()
     calls: list[float] = []
