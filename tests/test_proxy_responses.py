@@ -166,6 +166,14 @@ def test_requests_that_depend_on_upstream_state_pass_through(
         assert calls(upstream, key) == n
 
 
+def test_only_if_cached_never_reaches_the_upstream_for_a_passthrough_request(
+    proxy: ProxyProcess, upstream: FakeUpstream, key: str
+) -> None:
+    r = only_if_cached(proxy, key, "Summarise the meeting", background=True)
+    assert r.status_code == 504 and r.json()["error"]["code"] == "not_cached"
+    assert calls(upstream, key) == 0
+
+
 def test_other_paths_say_passthrough(proxy: ProxyProcess, key: str) -> None:
     r = httpx.get(proxy.url + "/v1/models", headers={"authorization": f"Bearer {key}"}, timeout=10)
     assert r.status_code == 200 and r.headers["x-cachekit-cache"] == "PASSTHROUGH"

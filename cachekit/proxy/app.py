@@ -229,7 +229,7 @@ class Proxy:
             if found.reason:
                 self.metrics.refusals.labels(refusal_kind(found.reason)).inc()
         self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
-        if controls.only_if_cached and req.passthrough is None:
+        if controls.only_if_cached:  # never upstream, a passed-through request included
             return error_response(
                 504,
                 "Not in the cache (Cache-Control: only-if-cached).",
