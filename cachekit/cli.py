@@ -204,7 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(semantic=not args.no_semantic)
     if args.command == "replay":
-        return _with_extras("replay", REPLAY_NEEDS, lambda: replay_cli.run(args))
+        # Its reports are drawn with matplotlib: needed only when one is asked for.
+        drawn = (("matplotlib", "replay"),) if args.html or args.svg else ()
+        return _with_extras("replay", REPLAY_NEEDS + drawn, lambda: replay_cli.run(args))
     if args.command == "serve":
         try:
             config = serve_cli.config_from_args(args)

@@ -194,16 +194,14 @@ class Engine:
     ) -> list[CacheKey]:
         """:meth:`make_key` for many entries of one owner: ``parts`` and their local keys in
         step (one prefix for the batch)."""
-        ns = self.ns
-        return ns.make_keys(ns.prefix(ns.version, kind, name), parts, locals_)
+        return self.ns.make_keys(kind, name, parts, locals_)
 
     def make_id_keys(
         self, kind: str, name: str, tag: str, ids: Iterable[Any], locals_: Iterable[Hashable]
     ) -> list[CacheKey]:
         """:meth:`make_keys` where each entry's part is ``tag`` followed by its id as text
         (``f"{tag}{id}"``), built in one step per key: int ids of a feature set."""
-        ns = self.ns
-        return ns.make_keys(ns.prefix(ns.version, kind, name) + tag, ids, locals_)
+        return self.ns.make_keys(kind, name, ids, locals_, tag)
 
     def resolve_ttl(self, ttl: float | None, jitter: float = 0.0) -> float | None:
         """The TTL to store with: ``None`` means the default; ``jitter`` shortens it at random

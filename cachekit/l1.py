@@ -174,7 +174,3 @@ class L1:
         if self.store is not None:
             for k in keys:
                 self.store.delete(k.local)
-
-    def clear(self) -> None:
-        if self.store is not None:
-            self.store.clear()

@@ -77,11 +77,17 @@ class Namespace:
         return CacheKey(remote if local is None else local, remote, version)
 
     def make_keys(
-        self, prefix: str, parts: Iterable[Any], locals_: Iterable[Hashable]
+        self,
+        kind: str,
+        owner: str,
+        parts: Iterable[Any],
+        locals_: Iterable[Hashable],
+        tag: str = "",
     ) -> list[CacheKey]:
-        """Keys ``prefix + str(part)`` at the current version, with their local keys in step
-        (the caller read ``prefix`` at that version: :meth:`prefix`)."""
+        """The keys of many entries of one owner, each ``tag`` + its part as text, with their
+        local keys in step, all at one version (read once)."""
         version = self.version
+        prefix = self.prefix(version, kind, owner) + tag
         new = tuple.__new__  # CacheKey(...) without its Python-level __new__: a third less
         return [
             new(CacheKey, (local, f"{prefix}{part}", version))

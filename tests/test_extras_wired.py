@@ -104,6 +104,7 @@ def test_a_given_embedder_needs_no_embedding_library() -> None:
         ("uvicorn", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("fastapi", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("rich", ["replay", "log.jsonl"], "replay"),
+        ("matplotlib", ["replay", "log.jsonl", "--html", "r.html"], "replay"),
     ],
 )
 def test_a_command_names_its_missing_extra_instead_of_a_traceback(

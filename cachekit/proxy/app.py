@@ -73,7 +73,7 @@ from cachekit.proxy.http import (
     loads,
 )
 from cachekit.proxy.metrics import ProxyMetrics
-from cachekit.proxy.upstream import UpstreamHealth, describe
+from cachekit.proxy.upstream import UpstreamHealth, base_url, describe
 from cachekit.semantic.slots import refusal_kind
 
 __all__ = [
@@ -117,9 +117,7 @@ class Proxy:
     ) -> None:
         self.config = config
         settings = config.proxy
-        upstream = settings.upstream.rstrip("/")
-        # "https://api.openai.com/v1" and "https://api.openai.com" both mean the same server.
-        self.upstream = upstream[:-3] if upstream.endswith("/v1") else upstream
+        self.upstream = base_url(settings.upstream)
         if llm is None:
             llm = build_cache(
                 config.cache,

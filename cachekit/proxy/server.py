@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cachekit.policy_options import add_policy_arguments, policy_and_setting
 from cachekit.proxy.config import ENV_VAR, ProxyConfig
-from cachekit.proxy.upstream import probe
+from cachekit.proxy.upstream import base_url, probe
 
 __all__ = ["add_arguments", "config_from_args", "serve"]
 
@@ -147,12 +147,6 @@ def start_lines(config: ProxyConfig, upstream: tuple[bool, str]) -> list[str]:
         f"cache: namespace {c.namespace!r}, semantic {semantic}, "
         + (f"shared through {_redacted(redis)}" if redis else "in this process only (no Redis)"),
     ]
-
-
-def base_url(upstream: str) -> str:
-    """The upstream without a trailing ``/v1`` (the proxy adds each request's path)."""
-    u = upstream.rstrip("/")
-    return u[:-3] if u.endswith("/v1") else u
 
 
 def _redacted(url: str) -> str:

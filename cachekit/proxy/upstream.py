@@ -8,19 +8,25 @@ surfacing as a 502 or a bare 404 on the first request.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["PROBE_PATH", "UpstreamHealth", "check_upstream_url", "describe", "probe"]
+__all__ = ["PROBE_PATH", "UpstreamHealth", "base_url", "check_upstream_url", "describe", "probe"]
 
 #: What the probe asks: listed by every OpenAI-compatible server, cheap, and free of charge.
 PROBE_PATH = "/v1/models"
 #: Endpoint paths that an ``--upstream`` URL must not end with (it is the server's base URL).
 _ENDPOINTS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/models")
+
+
+def base_url(upstream: str) -> str:
+    """The upstream without a trailing ``/v1``: ``https://api.openai.com/v1`` and
+    ``https://api.openai.com`` mean the same server (the proxy adds each request's path)."""
+    u = upstream.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
 
 
 def check_upstream_url(url: str) -> None:
@@ -76,11 +82,9 @@ class UpstreamHealth:
     url: str
     reachable: bool | None = None
     detail: str | None = None
-    since: float | None = None
 
     def record(self, reachable: bool, detail: str) -> None:
-        if reachable != self.reachable or detail != self.detail:
-            self.reachable, self.detail, self.since = reachable, detail, time.time()
+        self.reachable, self.detail = reachable, detail
 
     def reached(self) -> None:
         """An upstream call got an answer (any status)."""

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cachekit.extras import MissingExtraError
 from cachekit.policy_options import add_policy_arguments, policy_and_setting
 
 __all__ = ["add_parser", "parse_sweep", "run"]
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=hook,
                 ),
             )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, MissingExtraError) as exc:
         print(f"cachekit replay: {exc}", file=sys.stderr)
         return 2
     if not args.quiet:
