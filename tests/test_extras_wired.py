@@ -103,6 +103,7 @@ def test_a_given_embedder_needs_no_embedding_library() -> None:
     [
         ("uvicorn", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("fastapi", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
+        ("httpx", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("rich", ["replay", "log.jsonl"], "replay"),
         ("matplotlib", ["replay", "log.jsonl", "--html", "r.html"], "replay"),
     ],
@@ -120,3 +121,17 @@ def test_a_command_names_its_missing_extra_instead_of_a_traceback(
     assert "Traceback" not in out.stderr
     assert f"needs the '{extra}' extra ({blocked} is missing)" in out.stderr
     assert f"pip install -e '.[{extra}]'" in out.stderr
+
+
+def test_the_command_line_loads_without_the_proxy_and_replay_extras() -> None:
+    """``cachekit demo`` (the README's first command, on the ``semantic`` extra alone) must not
+    import what only ``serve`` or ``replay`` need."""
+    code = (
+        "import sys\n"
+        "for m in ('httpx', 'fastapi', 'starlette', 'uvicorn', 'rich', 'matplotlib'):\n"
+        "    sys.modules[m] = None\n"
+        "from cachekit.cli import build_parser\n"
+        "build_parser().parse_args(['demo'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -52,7 +52,7 @@ from cachekit.llm import (
     sse_stream,
 )
 from cachekit.llm.rules import caller_key
-from cachekit.proxy.config import ENV_VAR, ProxyConfig, load_embedder
+from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.headers import (
     HOP_BY_HOP,
     UPSTREAM_DROP_RESPONSE,
@@ -73,7 +73,7 @@ from cachekit.proxy.http import (
     loads,
 )
 from cachekit.proxy.metrics import ProxyMetrics
-from cachekit.proxy.upstream import UpstreamHealth, base_url, describe
+from cachekit.proxy.upstream import UpstreamHealth, describe
 from cachekit.semantic.slots import refusal_kind
 
 __all__ = [

@@ -10,16 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from cachekit.llm import LLMCacheConfig
-from cachekit.proxy.upstream import check_upstream_url
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ProxyConfig", "load_embedder"]
+__all__ = ["ENV_VAR", "ProxyConfig", "base_url", "check_upstream_url", "load_embedder"]
 
 #: Environment variable carrying the settings to uvicorn worker processes.
 ENV_VAR = "CACHEKIT_SERVE_CONFIG"
@@ -140,3 +140,28 @@ def load_embedder(spec: str) -> Any:
         raise ValueError(f"embedder must be 'module:callable', got {spec!r}")
     factory: Callable[[], Any] = getattr(importlib.import_module(module), attr)
     return factory()
+
+
+#: Endpoint paths that an ``--upstream`` URL must not end with (it is the server's base URL).
+_ENDPOINTS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/models")
+
+
+def base_url(upstream: str) -> str:
+    """The upstream without a trailing ``/v1``: ``https://api.openai.com/v1`` and
+    ``https://api.openai.com`` mean the same server (the proxy adds each request's path)."""
+    u = upstream.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
+
+
+def check_upstream_url(url: str) -> None:
+    """ValueError, with the fix, for an upstream URL that is not a server's base URL."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream must be an http(s) URL, got {url!r}")
+    path = urlsplit(url).path.rstrip("/")
+    for endpoint in _ENDPOINTS:
+        if path.endswith(endpoint):
+            base = url.rstrip("/")[: -len(endpoint)]
+            raise ValueError(
+                f"upstream {url!r} names an endpoint ({endpoint}); give the server's base URL, "
+                f"e.g. --upstream {base}: the proxy adds each request's path itself"
+            )

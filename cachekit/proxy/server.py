@@ -10,8 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from cachekit.policy_options import add_policy_arguments, policy_and_setting
-from cachekit.proxy.config import ENV_VAR, ProxyConfig
-from cachekit.proxy.upstream import base_url, probe
+from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url
 
 __all__ = ["add_arguments", "config_from_args", "serve"]
 
@@ -114,6 +113,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 def serve(config: ProxyConfig) -> int:
     """Run the proxy until interrupted. Worker processes rebuild the app from the settings."""
     import uvicorn
+
+    from cachekit.proxy.upstream import probe  # httpx: the proxy extra, checked by the CLI
 
     s = config.proxy
     logging.basicConfig(level=s.log_level.upper())

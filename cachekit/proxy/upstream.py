@@ -10,37 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["PROBE_PATH", "UpstreamHealth", "base_url", "check_upstream_url", "describe", "probe"]
+__all__ = ["PROBE_PATH", "UpstreamHealth", "describe", "probe"]
 
 #: What the probe asks: listed by every OpenAI-compatible server, cheap, and free of charge.
 PROBE_PATH = "/v1/models"
-#: Endpoint paths that an ``--upstream`` URL must not end with (it is the server's base URL).
-_ENDPOINTS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/models")
-
-
-def base_url(upstream: str) -> str:
-    """The upstream without a trailing ``/v1``: ``https://api.openai.com/v1`` and
-    ``https://api.openai.com`` mean the same server (the proxy adds each request's path)."""
-    u = upstream.rstrip("/")
-    return u[:-3] if u.endswith("/v1") else u
-
-
-def check_upstream_url(url: str) -> None:
-    """ValueError, with the fix, for an upstream URL that is not a server's base URL."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"upstream must be an http(s) URL, got {url!r}")
-    path = urlsplit(url).path.rstrip("/")
-    for endpoint in _ENDPOINTS:
-        if path.endswith(endpoint):
-            base = url.rstrip("/")[: -len(endpoint)]
-            raise ValueError(
-                f"upstream {url!r} names an endpoint ({endpoint}); give the server's base URL, "
-                f"e.g. --upstream {base}: the proxy adds each request's path itself"
-            )
 
 
 def describe(status: int | None, error: BaseException | None) -> tuple[bool, str]:
