@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from cachekit.keys import FLOAT_SIGNATURES, SCALAR_SIGNATURES, all_scalar, local_key
+from cachekit.keys import FLOAT_SIGNATURES, float_positions, local_key
 from cachekit.namespace import Namespace
 from cachekit.serialization import Packed
 from cachekit.storage.memory import MemoryStore
@@ -25,8 +25,9 @@ __all__ = ["HIT_SAMPLE_EVERY", "KeyShape", "l1_fast_path"]
 #: argument count that needs no filling or -1).
 KeyShape = tuple[int, int, tuple[Any, ...], int]
 
-#: L1 hit latency is recorded for one fast-path hit in this many (a power of two): timing every
-#: hit would cost more than the rest of the hit path.
+#: L1 read latency is recorded for one fast-path hit in this many (a power of two), by timing a
+#: second read of the entry it hit: timing every hit would cost more than the rest of the hit
+#: path.
 HIT_SAMPLE_EVERY = 64
 
 
@@ -48,10 +49,11 @@ def l1_fast_path(
     hence the local names."""
     l1_item = l1.getitem if l1 is not None else None
     first_default, nparams, defaults, whole = shape if shape is not None else (0, -1, (), -1)
-    # Argument-type signatures known to be all scalars: tested inline first, since even the
-    # call to all_scalar shows in the hit cost.
-    scalar_sigs = SCALAR_SIGNATURES
     float_sigs = FLOAT_SIGNATURES.get
+    unseen: Any = object()
+    width = len(defaults)
+    fills = [defaults[k:] for k in range(width + 1)]  # what args of each length lack
+    defaults_plain = not any(type(d) is float and (d == 0.0 or d != d) for d in defaults)
     perf_counter = time.perf_counter
     record = l1_counters.latency.record
     sample_mask = HIT_SAMPLE_EVERY - 1
@@ -63,30 +65,35 @@ def l1_fast_path(
             return on_miss(args, kwargs)
         n = len(args)
         if not kwargs and first_default <= n <= nparams:
-            values = args if n == whole else args + defaults[n:]
-            types = tuple(map(type, values))
+            values = args if n == whole else args + fills[n]
+            # tuple(map(...)) costs about a tenth of a hit: one or two values are typed inline
+            if width == 1:
+                types: tuple[type, ...] = (type(values[0]),)
+            elif width == 2:
+                types = (type(values[0]), type(values[1]))
+            else:
+                types = tuple(map(type, values))
+            # One lookup tells scalars (no float: keyed as they are) from scalars and floats
+            # (keyed by value unless a float is zero or NaN, whose == does not tell keys apart:
+            # those take local_key's digest) from anything else (None).
+            floats = float_sigs(types, unseen)
+            if floats is unseen:
+                floats = float_positions(types)
             lk: Hashable | None = None
-            if types in scalar_sigs:
+            if floats is not None:
                 lk = (fname, values, types)
-            elif (floats := float_sigs(types)) is not None:
-                # Scalars and floats: keyed by value unless a float is zero or NaN, whose ==
-                # does not tell keys apart (those take local_key's digest). Asked before
-                # all_scalar, whose call alone costs a tenth of a float-argument hit.
-                lk = (fname, values, types)
-                for i in floats:
-                    x = values[i]
-                    if x == 0.0 or x != x:
-                        lk = None
-                        break
-            elif all_scalar(types):
-                lk = (fname, values, types)
+                # the defaults were checked once: only floats among the arguments are checked
+                if floats and (floats[0] < n or not defaults_plain):
+                    for i in floats:
+                        x = values[i]
+                        if x == 0.0 or x != x:
+                            lk = None
+                            break
             if lk is None:
                 plain = local_key(values, types)
                 lk = (fname, *plain) if plain is not None else local_key_of(args, kwargs)
         else:
             lk = local_key_of(args, kwargs)
-        sampled = not timing.hits & sample_mask
-        t0 = perf_counter() if sampled else 0.0
         try:
             env = l1_item(lk).value
         except KeyError:
@@ -97,7 +104,11 @@ def l1_fast_path(
         if (env.ttl is not None and now >= env.created_at + env.ttl) or now >= ns.next_check:
             return on_miss(args, kwargs)
         timing.hits += 1
-        if sampled:
+        if not timing.hits & sample_mask:
+            # the sampled hit times a second read of its entry: timing every read (or even
+            # deciding before the read whether to) costs more than the rest of the hit path
+            t0 = perf_counter()
+            l1_item(lk)
             record(perf_counter() - t0)
         v = env.value
         return v.load() if type(v) is packed else v

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from cachekit import Cache, Status
+from cachekit.fast_path import HIT_SAMPLE_EVERY
 from cachekit.testing import ManualClock, wait_until
 
 
@@ -413,6 +414,35 @@ def test_float_arguments_beside_a_float_default_are_told_apart(default: float) -
         assert f(x) == f"{x!r}*{default!r}"
     assert calls == ["0.0", "-0.0", "2.5"]
     assert cache.stats().hits == 3
+
+
+def test_a_signed_zero_default_is_not_its_other_zero() -> None:
+    """f(1) with a -0.0 default and f(1, 0.0) are two entries: a zero default sends the call
+    to the checked key, like a zero argument."""
+    cache = Cache()
+    calls: list[str] = []
+
+    @cache.cached
+    def f(x: int, scale: float = -0.0) -> str:
+        calls.append(repr(scale))
+        return repr(scale)
+
+    assert [f(1), f(1, 0.0), f(1), f(1, 0.0), f(1, -0.0)] == ["-0.0", "0.0", "-0.0", "0.0", "-0.0"]
+    assert calls == ["-0.0", "0.0"]
+
+
+def test_fast_path_hits_sample_the_l1_read_latency() -> None:
+    cache = Cache()
+
+    @cache.cached
+    def f(x: int, tag: str = "a") -> int:
+        return x
+
+    for _ in range(1 + 3 * HIT_SAMPLE_EVERY):
+        f(1)
+    l1 = cache.stats().tiers["l1"]
+    assert l1.hits == 3 * HIT_SAMPLE_EVERY
+    assert l1.latency.count == 3 and l1.latency.max_ms is not None
 
 
 def test_float_arguments_hit_by_bits_through_the_fast_path() -> None:
