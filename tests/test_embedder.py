@@ -29,6 +29,7 @@ from cachekit.semantic.embedder import (
 )
 from cachekit.semantic.onnx_runner import OnnxRunner
 from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -560,3 +561,41 @@ def test_fused_graph_keeps_the_export_vectors(onnx_embedder: SentenceTransformer
     plain = SentenceTransformer(str(onnx_embedder.onnx_export_dir), backend="onnx")  # model.onnx
     expected = plain.encode(MIXED, batch_size=4, normalize_embeddings=True)
     assert np.abs(onnx_embedder.embed(MIXED) - expected).max() < 1e-4
+
+
+def test_cached_embedder_waiter_embeds_a_text_its_owner_failed_on() -> None:
+    """A caller waiting for a text another call is embedding gets it from the cache once that
+    call is done; when that call failed, the waiter embeds the text itself (not the failure)."""
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    release = threading.Event()
+    real_embed = inner.embed
+
+    def blocking_embed(texts: Sequence[str]) -> np.ndarray:
+        if threading.current_thread().name == "owner":
+            release.wait(10)
+            raise RuntimeError("owner failed")
+        return real_embed(texts)
+
+    inner.embed = blocking_embed  # type: ignore[method-assign]
+    owner_error: list[BaseException] = []
+
+    def owner() -> None:
+        try:
+            cached.embed(["shared"])
+        except RuntimeError as exc:
+            owner_error.append(exc)
+
+    t = threading.Thread(target=owner, name="owner")
+    t.start()
+    wait_until(lambda: "shared" in cached.in_flight)
+    got: list[np.ndarray] = []
+    w = threading.Thread(target=lambda: got.append(cached.embed(["shared", "other"])))
+    w.start()
+    wait_until(lambda: cached.waiters == 1)
+    release.set()
+    t.join(10)
+    w.join(10)
+    assert len(owner_error) == 1 and len(got) == 1
+    np.testing.assert_array_equal(got[0], inner.inner.embed(["shared", "other"]))
+    assert inner.per_text["shared"] == 1  # the waiter's own embed; the owner's never landed

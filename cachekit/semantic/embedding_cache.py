@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,8 +63,12 @@ class CachedEmbedder:
         self._cache: LRUCache[str, tuple[np.ndarray, int]] = LRUCache(
             maxsize=max_bytes, getsizeof=_held_bytes
         )
-        self._pending: dict[str, Future[np.ndarray]] = {}
+        # Texts being embedded by some call; callers wanting one wait on `_landed` (counted in
+        # `_waiters`, so a call nobody waits for notifies nobody).
+        self._pending: set[str] = set()
         self._lock = threading.Lock()
+        self._landed = threading.Condition(self._lock)
+        self._waiters = 0
         self.hits = 0
         self.misses = 0
 
@@ -83,6 +86,18 @@ class CachedEmbedder:
         point = getattr(self.inner, "operating_point", None)
         return point if isinstance(point, float) else None
 
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """The texts some call is embedding now."""
+        with self._lock:
+            return frozenset(self._pending)
+
+    @property
+    def waiters(self) -> int:
+        """How many calls wait for a text another call is embedding."""
+        with self._lock:
+            return self._waiters
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._cache)
@@ -93,13 +108,13 @@ class CachedEmbedder:
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         items = validate_texts(texts)
-        dim = self.dim
-        out = np.empty((len(items), dim), dtype=np.float32)
+        out = np.empty((len(items), self.dim), dtype=np.float32)
         to_embed: dict[str, list[int]] = {}
-        waiting: list[tuple[int, Future[np.ndarray]]] = []
+        waiting: list[int] = []
+        get = self._cache.get
         with self._lock:
             for i, text in enumerate(items):
-                cached = self._cache.get(text)
+                cached = get(text)
                 if cached is not None:
                     out[i] = cached[0]
                     self.hits += 1
@@ -107,43 +122,63 @@ class CachedEmbedder:
                     to_embed[text].append(i)
                     self.hits += 1
                 elif text in self._pending:
-                    waiting.append((i, self._pending[text]))
+                    waiting.append(i)
                     self.hits += 1
                 else:
                     to_embed[text] = [i]
-            owned: dict[str, Future[np.ndarray]] = {t: Future() for t in to_embed}
-            self._pending.update(owned)
+            self._pending.update(to_embed)
             self.misses += len(to_embed)
+        if to_embed:
+            self._embed_into(out, to_embed)
+        if waiting:
+            self._wait_into(out, items, waiting)
+        return out
 
-        if owned:
-            misses = list(to_embed)
-            try:
-                vectors = np.asarray(self.inner.embed(misses), dtype=np.float32)
-                if vectors.shape != (len(misses), dim):
-                    raise ValueError(
-                        f"inner embedder {self.inner.name!r} returned shape {vectors.shape}, "
-                        f"expected {(len(misses), dim)}"
-                    )
-            except BaseException as exc:
-                with self._lock:
-                    for text, fut in owned.items():
-                        del self._pending[text]
-                        fut.set_exception(exc)
-                raise
+    def _embed_into(self, out: np.ndarray, to_embed: dict[str, list[int]]) -> None:
+        """Embed the texts this call owns (registered as pending), keep them, and wake callers
+        waiting for them, whether or not the inner embedder succeeds."""
+        misses = list(to_embed)
+        try:
+            vectors = np.asarray(self.inner.embed(misses), dtype=np.float32)
+            if vectors.shape != (len(misses), self.dim):
+                raise ValueError(
+                    f"inner embedder {self.inner.name!r} returned shape {vectors.shape}, "
+                    f"expected {(len(misses), self.dim)}"
+                )
             with self._lock:
                 for row, text in enumerate(misses):
                     # A private read-only copy: callers may scribble on what `embed` returns.
                     vec = vectors[row].copy()
                     vec.setflags(write=False)
                     self._keep(text, vec)
-                    del self._pending[text]
-                    owned[text].set_result(vec)
-            for row, text in enumerate(misses):
-                out[to_embed[text]] = vectors[row]
+        finally:
+            with self._lock:
+                self._pending.difference_update(misses)
+                if self._waiters:
+                    self._landed.notify_all()
+        for row, rows in enumerate(to_embed.values()):
+            out[rows] = vectors[row]
 
-        for i, fut in waiting:
-            out[i] = fut.result()
-        return out
+    def _wait_into(self, out: np.ndarray, items: list[str], waiting: list[int]) -> None:
+        """Fill the rows whose texts another call was embedding, once it is done. A text it
+        did not leave in the cache (it failed, or the vector was too large to keep, or was
+        evicted since) is embedded here."""
+        missing: list[int] = []
+        with self._lock:
+            self._waiters += 1
+            try:
+                for i in waiting:
+                    while items[i] in self._pending:
+                        self._landed.wait()
+                    cached = self._cache.get(items[i])
+                    if cached is None:
+                        missing.append(i)
+                    else:
+                        out[i] = cached[0]
+            finally:
+                self._waiters -= 1
+        if missing:
+            out[missing] = self.embed([items[i] for i in missing])
 
     def _keep(self, text: str, vec: np.ndarray) -> None:
         size = sys.getsizeof(text) + vec.nbytes + _CACHED_OVERHEAD

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -69,13 +69,15 @@ DEFAULT_EF_SEARCH = 64
 # With real queries against dense clusters of paraphrases, a fixed efSearch loses accuracy as the
 # graph grows: at 1M entries efSearch=64 made a different hit/miss decision than exact search
 # for 8% of lookups, 512 for 1% (~1 ms per search, next to a ~8 ms embedding); at 100k, 64 made
-# the same decisions as exact (bench/semantic_latency.py --ef). So by default efSearch grows
-# linearly from 64 at 100k entries, capped at 512.
+# the same decisions as exact, and at 10k so did 32 (bench/semantic_latency.py --ef). So by
+# default efSearch grows linearly with the entries, 64 at 100k, within [32, 512].
 _EF_PER_ENTRY = DEFAULT_EF_SEARCH / 100_000
+_MIN_AUTO_EF_SEARCH = 32
 _MAX_AUTO_EF_SEARCH = 512
 DEFAULT_EF_CONSTRUCTION = 80
 
 _FORMAT_VERSION = 1
+_F32 = np.dtype(np.float32)
 _META_FILE = "meta.json"
 _INDEX_FILE = "index.faiss"
 _LABELS_FILE = "label_ids.npy"
@@ -132,7 +134,7 @@ class _Graph:
 
     def __init__(self, hnsw: Any, label_ids: np.ndarray) -> None:
         self.hnsw = hnsw
-        self.label_ids = np.asarray(label_ids, dtype=np.int64)
+        self._set_labels(np.asarray(label_ids, dtype=np.int64))
         alive = np.flatnonzero(self.label_ids != _PAD_ID)
         self.id_label: dict[int, int] = {}
         # In slices: one dict() over a million pairs is a single C call that holds the GIL for
@@ -141,14 +143,30 @@ class _Graph:
             part = alive[lo : lo + _ID_MAP_SLICE]
             self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
         self.dead = len(self.label_ids) - len(alive)
-        # (bitmap, selector): the selector points into the bitmap, so both must stay referenced.
-        self.selector: tuple[np.ndarray, Any] | None = None
+        # (efSearch, the search parameters, and what they point into: the selector and its
+        # live-label bitmap, which must stay referenced while they are used). Built at the first
+        # search after a change, shared by concurrent searches (faiss only reads them).
+        self.params: tuple[int, Any, tuple[np.ndarray, Any] | None] | None = None
+
+    def _set_labels(self, label_ids: np.ndarray) -> None:
+        # One trailing padding id: faiss's -1 for "no result" then reads as _PAD_ID with no
+        # masking (label_ids is a view without it, so a tombstone written there shows in both).
+        self.by_label = np.append(label_ids, np.int64(_PAD_ID))
+        self.label_ids = self.by_label[:-1]
 
     @classmethod
     def build(
         cls, dim: int, m: int, ef_construction: int, ids: np.ndarray, vecs: np.ndarray
     ) -> _Graph:
-        hnsw = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+        # Vectors held as float16: half the memory a search reads, and a search right after an
+        # embedder's forward pass (which leaves the CPU caches cold) is bound by those reads;
+        # scores move by under 1e-4 (bench/semantic_latency.py prints the shortfall).
+        hnsw = faiss.IndexHNSWSQ(
+            dim,
+            faiss.ScalarQuantizer.QT_fp16,  # type: ignore[arg-type]  # an enum value (int)
+            m,
+            faiss.METRIC_INNER_PRODUCT,
+        )
         hnsw.hnsw.efConstruction = ef_construction
         if len(ids):
             hnsw.add(np.ascontiguousarray(vecs))
@@ -187,14 +205,14 @@ class _Graph:
             self._tombstone(i)
         start = len(self.label_ids)
         self.hnsw.add(vecs)
-        self.label_ids = np.concatenate([self.label_ids, ids])
+        self._set_labels(np.concatenate([self.label_ids, ids]))
         self.id_label.update(zip(ids.tolist(), range(start, start + len(ids)), strict=True))
-        self.selector = None
+        self.params = None
 
     def remove(self, ids: np.ndarray) -> int:
         removed = sum(self._tombstone(i) for i in ids.tolist())
         if removed:
-            self.selector = None
+            self.params = None
         return removed
 
     def _tombstone(self, id_: int) -> bool:
@@ -206,26 +224,28 @@ class _Graph:
         return True
 
     def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(ef, k)
-        if self.dead:
-            selector = self.selector
-            if selector is None:
-                alive = self.label_ids != _PAD_ID
-                bitmap = np.packbits(alive, bitorder="little")
-                selector = (bitmap, faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap)))
-                # Racing readers may each build one; both are correct and the last one is kept.
-                self.selector = selector
-            params.sel = selector[1]
-            dist, labels = self.hnsw.search(queries, k, params=params)
-            del selector  # keeps the bitmap alive until here
-        else:
-            dist, labels = self.hnsw.search(queries, k, params=params)
-        # Tombstoned labels map to _PAD_ID in label_ids, so even a graph hit the selector missed
-        # could only ever come back as padding, never as a removed id.
-        label_ids = self.label_ids
-        found = np.where(labels >= 0, label_ids[np.maximum(labels, 0)], _PAD_ID)
+        ef = max(ef, k)
+        params = self.params
+        if params is None or params[0] != ef:
+            # Racing readers may each build one; both are correct and the last one is kept.
+            params = self.params = self._search_params(ef)
+        dist, labels = self.hnsw.search(queries, k, params=params[1])
+        # Tombstoned labels map to _PAD_ID, so even a graph hit the selector missed could only
+        # ever come back as padding, never as a removed id.
+        found = self.by_label[labels]
+        del params  # keeps the selector and its bitmap alive until here
         return dist, found
+
+    def _search_params(self, ef: int) -> tuple[int, Any, tuple[np.ndarray, Any] | None]:
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+        params.efSearch = ef
+        if not self.dead:
+            return ef, params, None
+        alive = self.label_ids != _PAD_ID
+        bitmap = np.packbits(alive, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap))
+        params.sel = selector
+        return ef, params, (bitmap, selector)
 
 
 # A journaled write: (ids, vectors) for an add, (ids, None) for a removal.
@@ -346,13 +366,23 @@ class FaissIndex:
     # -- validation ----------------------------------------------------------------------------
 
     def _as_matrix(self, vectors: Any, what: str) -> np.ndarray:
-        arr = np.asarray(vectors)
-        if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
-            raise ValueError(f"{what} must be a numeric array, got dtype {arr.dtype}")
-        if arr.ndim != 2 or arr.shape[1] != self.dim:
-            raise ValueError(f"{what} must have shape (n, {self.dim}), got {arr.shape}")
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        if not np.isfinite(arr).all():
+        arr = vectors
+        if not (
+            type(arr) is np.ndarray
+            and arr.dtype == _F32
+            and arr.ndim == 2
+            and arr.flags.c_contiguous
+            and arr.shape[1] == self.dim
+        ):
+            arr = np.asarray(vectors)
+            if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
+                raise ValueError(f"{what} must be a numeric array, got dtype {arr.dtype}")
+            if arr.ndim != 2 or arr.shape[1] != self.dim:
+                raise ValueError(f"{what} must have shape (n, {self.dim}), got {arr.shape}")
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+        # A float64 sum of float32 values is finite exactly when every value is: one numpy call
+        # on the search path.
+        if not math.isfinite(arr.sum(dtype=np.float64)):
             raise ValueError(f"{what} contain NaN or infinite values")
         return arr
 
@@ -489,7 +519,7 @@ class FaissIndex:
         try:
             ids, vecs = source()
             # One OpenMP thread fewer than the machine has: lookups need a core meanwhile.
-            with _omp_threads(max(1, (os.cpu_count() or 2) - 1)):
+            with _OmpThreads(max(1, (os.cpu_count() or 2) - 1)):
                 graph = _Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
             del ids, vecs
             graph.make_room()
@@ -532,24 +562,29 @@ class FaissIndex:
         k = int(k)
         queries = self._as_matrix(vectors, "query vectors")
         m = len(queries)
-        scores = np.full((m, k), -np.inf, dtype=np.float32)
-        out_ids = np.full((m, k), _PAD_ID, dtype=np.int64)
         if m == 0:
-            return scores, out_ids
-        with self._lock.read(), _omp_threads(1 if m <= _SMALL_BATCH else None):
+            return _padding(0, k)
+        # One thread for small batches: waking an OpenMP team costs more than the search. A
+        # single query never wakes one (faiss parallelises over queries).
+        with self._lock.read(), _OmpThreads(1 if 1 < m <= _SMALL_BATCH else None):
             n = self._len()
             if n == 0:
-                return scores, out_ids
+                return _padding(m, k)
             # Asking faiss for more than is stored only costs allocation; pad afterwards instead.
             k_eff = min(k, n)
-            if self._graph is None:
+            graph = self._graph
+            if graph is None:
                 dist, found = self._search_exact(queries, k_eff)
             else:
-                dist, found = self._graph.search(queries, k_eff, self.effective_ef_search())
-        valid = found != _PAD_ID
-        scores[:, :k_eff] = np.where(valid, dist, -np.inf)
-        out_ids[:, :k_eff] = found
-        return scores, out_ids
+                dist, found = graph.search(queries, k_eff, self._ef_search(n))
+        # faiss hands back fresh arrays, best first: where the last column is padding, the
+        # padding's scores are set in place
+        if m > 1 or found[0, -1] == _PAD_ID:
+            dist[found == _PAD_ID] = -np.inf
+        if k_eff < k:
+            pad_scores, pad_ids = _padding(m, k - k_eff)
+            return np.hstack([dist, pad_scores]), np.hstack([found, pad_ids])
+        return dist, found
 
     def _search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.device == "cuda":
@@ -572,10 +607,12 @@ class FaissIndex:
 
     def effective_ef_search(self) -> int:
         """The efSearch an HNSW search uses now."""
+        return self._ef_search(self._len())
+
+    def _ef_search(self, n: int) -> int:
         if self.ef_search is not None:
             return self.ef_search
-        grown = int(self._len() * _EF_PER_ENTRY)
-        return max(DEFAULT_EF_SEARCH, min(_MAX_AUTO_EF_SEARCH, grown))
+        return max(_MIN_AUTO_EF_SEARCH, min(_MAX_AUTO_EF_SEARCH, int(n * _EF_PER_ENTRY)))
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -679,16 +716,30 @@ def _atomic_write(target: Path, data: bytes) -> None:
 _SMALL_BATCH = 64
 
 
-@contextmanager
-def _omp_threads(n: int | None) -> Iterator[None]:
+class _OmpThreads:
     """Run FAISS with ``n`` OpenMP threads in the calling thread only (OpenMP thread counts are
-    per thread), restoring the previous count afterwards; ``None`` leaves it alone."""
-    if n is None:
-        yield
-        return
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(n)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(previous)
+    per thread), restoring the previous count afterwards; ``None`` leaves it alone. A class, not
+    a generator: it is entered on every search."""
+
+    __slots__ = ("n", "previous")
+
+    def __init__(self, n: int | None) -> None:
+        self.n = n
+        self.previous = 0
+
+    def __enter__(self) -> None:
+        if self.n is not None:
+            self.previous = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(self.n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.n is not None:
+            faiss.omp_set_num_threads(self.previous)
+
+
+def _padding(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``m`` rows of ``k`` empty results: scores ``-inf``, ids ``_PAD_ID``."""
+    return (
+        np.full((m, k), -np.inf, dtype=np.float32),
+        np.full((m, k), _PAD_ID, dtype=np.int64),
+    )

@@ -192,7 +192,9 @@ class ThresholdPolicy:
         if not candidates:
             return MISS
         first = candidates[0]
-        return below_threshold(first.similarity, self.bar(query, first.text))
+        # below the floor no bar is met: the texts need not be read to say so
+        bar = self.bar(query, first.text) if first.similarity >= self.floor else self.threshold
+        return below_threshold(first.similarity, bar)
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """A static threshold learns nothing (the tier still demotes refuted entries)."""

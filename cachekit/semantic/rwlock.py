@@ -3,38 +3,51 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = ["RWLock"]
 
 
 class RWLock:
     """Many concurrent readers or one writer; waiting writers block new readers so a stream of
-    searches cannot starve an add. faiss releases the GIL in search, so readers do overlap."""
+    searches cannot starve an add. faiss releases the GIL in search, so readers do overlap.
+
+    ``with lock.read():`` and ``with lock.write():`` hold it; the holds are plain objects with
+    ``__enter__``/``__exit__`` (a read is taken on every search, and a generator-based context
+    manager costs several times as much)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._read = _ReadHold(self)
+        self._write = _WriteHold(self)
 
-    @contextmanager
-    def read(self) -> Iterator[None]:
+    def read(self) -> _ReadHold:
+        return self._read
+
+    def write(self) -> _WriteHold:
+        return self._write
+
+    def acquire_read(self) -> None:
+        # The uncontended read takes the plain mutex (the condition's own, entered in C).
+        with self._mutex:
+            if not (self._writer or self._writers_waiting):
+                self._readers += 1
+                return
         with self._cond:
             while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
 
-    @contextmanager
-    def write(self) -> Iterator[None]:
+    def release_read(self) -> None:
+        with self._mutex:
+            self._readers -= 1
+            if self._readers == 0 and self._writers_waiting:
+                self._cond.notify_all()
+
+    def acquire_write(self) -> None:
         with self._cond:
             self._writers_waiting += 1
             try:
@@ -43,9 +56,34 @@ class RWLock:
             finally:
                 self._writers_waiting -= 1
             self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+
+    def release_write(self) -> None:
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
+
+
+class _ReadHold:
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire_read()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release_read()
+
+
+class _WriteHold:
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire_write()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release_write()

@@ -239,16 +239,23 @@ class SemanticTier(TierCounters):
             return [Match(None, None) for _ in requests]
         wanted = [i for i, (scope, _) in enumerate(requests) if scope in scopes]
         unique: dict[str, int] = {}
-        for i in wanted:
-            unique.setdefault(requests[i][1], len(unique))
-        vecs = self.embed(list(unique))
         by_scope: dict[str, list[int]] = {}
         for i in wanted:
-            by_scope.setdefault(requests[i][0], []).append(i)
-        out = [Match(None, None) for _ in requests]
+            scope, text = requests[i]
+            unique.setdefault(text, len(unique))
+            by_scope.setdefault(scope, []).append(i)
+        # Everything but the search is settled before the embedding: the code that runs after
+        # a forward pass runs with cold CPU caches, so there it is kept short.
+        plan = [
+            (scope, ids, [unique[requests[i][1]] for i in ids]) for scope, ids in by_scope.items()
+        ]
+        out = [Match(None, None)] * len(requests)
         version = self.engine.version
-        for scope, idxs in by_scope.items():
-            self._search_scope(requests, scope, idxs, vecs, unique, out, now, version)
+        vecs = self.embed(list(unique))
+        everything = list(range(len(unique)))
+        for scope, idxs, rows in plan:
+            queries = vecs if rows == everything else vecs[rows]
+            self._search_scope(requests, scope, idxs, queries, out, now, version)
         return out
 
     def _search_scope(
@@ -256,8 +263,7 @@ class SemanticTier(TierCounters):
         requests: Sequence[tuple[str, str]],
         scope: str,
         idxs: list[int],
-        vecs: np.ndarray,
-        unique: dict[str, int],
+        queries: np.ndarray,
         out: list[Match],
         now: float,
         version: int,
@@ -265,7 +271,6 @@ class SemanticTier(TierCounters):
         index = self._indexes.get(scope)
         if index is None:  # emptied since the batch started
             return
-        queries = vecs[[unique[requests[i][1]] for i in idxs]]
         t0 = time.perf_counter()
         scores, ids = index.search(queries, self.candidates)
         self.search_time.record(time.perf_counter() - t0)
