@@ -134,6 +134,24 @@ def test_scope_isolates_every_other_argument(emb, closing, changed: str) -> None
     assert len(calls) == 2
 
 
+def test_scopes_of_values_that_compare_equal_stay_apart(emb, closing) -> None:
+    """Scope digests are remembered per value; values equal under == (1, True, 1.0; 0.0 and
+    -0.0) are still different scopes, and a remembered scope is the one computed first."""
+    cache = Cache()
+
+    @cache.semantic(embedder=emb, threshold=THRESHOLD)
+    def answer(prompt: str, *, model: object) -> str:
+        return "x"
+
+    closing(answer)
+    values: list[object] = [1, True, 1.0, "1", 0.0, -0.0, (1,), (True,), None]
+    first = [answer.scope_key(STORED, model=v) for v in values]
+    assert len(set(first)) == len(values)
+    assert [answer.scope_key(CLOSE, model=v) for v in values] == first
+    plain = {"scope": 7}
+    assert answer.scope_key(STORED, model=plain) == answer.scope_key(STORED, model={"scope": 7})
+
+
 def test_scope_function_overrides_default_scope(emb, closing) -> None:
     cache = Cache()
 

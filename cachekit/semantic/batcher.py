@@ -112,11 +112,10 @@ class MicroBatcher(Generic[Req, Res]):
         """
         if on_event_loop():
             raise RuntimeError("MicroBatcher.call() blocks; on an event loop use submit()")
-        item: _Item[Req, Res] = _Item(request)
         if self._claim_idle():
-            self._run_inline(item)
-        else:
-            self._enqueue(item)
+            return self._run_inline(request)
+        item: _Item[Req, Res] = _Item(request)
+        self._enqueue(item)
         return item.future.result()
 
     def _claim_idle(self) -> bool:
@@ -127,11 +126,14 @@ class MicroBatcher(Generic[Req, Res]):
             self._submitted += 1
             return True
 
-    def _run_inline(self, item: _Item[Req, Res]) -> None:
+    def _run_inline(self, request: Req) -> Res:
+        """A batch of one, run in the caller's thread with no future (it never queued)."""
         self.inline_batches += 1
+        self.queue_wait.record(0.0)
         try:
-            self._run_batch([item])
+            return self._execute([request])[0]
         finally:
+            self._done(1)
             self._running.release()
 
     def _enqueue(self, item: _Item[Req, Res]) -> None:
@@ -231,15 +233,8 @@ class MicroBatcher(Generic[Req, Res]):
         started = time.perf_counter()
         for item in batch:
             self.queue_wait.record(started - item.enqueued)
-        n = len(batch)
-        self.batches += 1
-        self.requests += n
-        if n > self.max_seen:
-            self.max_seen = n
         try:
-            results = self._fn([item.request for item in batch])
-            if len(results) != n:
-                raise RuntimeError(f"batch function returned {len(results)} results for {n}")
+            results = self._execute([item.request for item in batch])
         except BaseException as exc:
             for item in batch:
                 item.future.set_exception(exc)
@@ -249,12 +244,31 @@ class MicroBatcher(Generic[Req, Res]):
             for item, result in zip(batch, results, strict=True):
                 item.future.set_result(result)
         finally:
-            self.batch_time.record(time.perf_counter() - started)
             if counted:
-                with self._idle:
-                    self._submitted -= n
-                    if not self._submitted:
-                        self._idle.notify_all()
+                self._done(len(batch))
+
+    def _execute(self, requests: list[Req]) -> Sequence[Res]:
+        """``fn`` on one batch, counted and timed; raises what it raises."""
+        started = time.perf_counter()
+        n = len(requests)
+        self.batches += 1
+        self.requests += n
+        if n > self.max_seen:
+            self.max_seen = n
+        try:
+            results = self._fn(requests)
+            if len(results) != n:
+                raise RuntimeError(f"batch function returned {len(results)} results for {n}")
+            return results
+        finally:
+            self.batch_time.record(time.perf_counter() - started)
+
+    def _done(self, n: int) -> None:
+        """``n`` requests have their results (set after them, so ``flush`` sees them)."""
+        with self._idle:
+            self._submitted -= n
+            if not self._submitted:
+                self._idle.notify_all()
 
     # ------------------------------------------------------------------ stats
 

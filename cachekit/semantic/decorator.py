@@ -15,12 +15,12 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cachekit.decorators import METHOD_RECEIVERS
 from cachekit.extras import check_faiss_distributions, require, require_installed
-from cachekit.keys import ArgNormalizer, stable_digest
+from cachekit.keys import ArgNormalizer, local_key, stable_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
 from cachekit.types import CacheKey, Found, LookupResult, Status
@@ -209,6 +209,10 @@ def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
     return i, p.name
 
 
+#: Scope digests remembered per semantic function (the memo is cleared when full).
+_SCOPE_MEMO = 1024
+
+
 class _Split:
     """Turns a call into ``(scope_key, text)``: the compared text, and a digest of everything
     else that must match for two calls to share an answer."""
@@ -227,6 +231,7 @@ class _Split:
         self.skip = _receiver(fn)
         self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
         self.text_pos -= self.skip
+        self._scopes: dict[Hashable, str] = {}
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
         values = self.normalize(args, kwargs)
@@ -250,7 +255,21 @@ class _Split:
                 )
             rest = values[: self.text_pos] + values[self.text_pos + 1 :]
         what = ("scope", self.scope(*args, **kwargs)) if self.scope is not None else ("args", rest)
-        return stable_digest(what), t
+        return self._scope_key(what), t
+
+    def _scope_key(self, what: tuple[str, Any]) -> str:
+        """The digest of ``what``, remembered for plain values (most calls of a function share
+        a few scopes: a model name, a temperature)."""
+        plain = local_key(what[1] if what[0] == "args" else (what[1],))
+        if plain is None:
+            return stable_digest(what)
+        memo_key = (what[0], plain)
+        digest = self._scopes.get(memo_key)
+        if digest is None:
+            if len(self._scopes) >= _SCOPE_MEMO:
+                self._scopes.clear()
+            digest = self._scopes[memo_key] = stable_digest(what)
+        return digest
 
 
 #: One entry to store: (exact key, scope key, text, value).

@@ -157,7 +157,7 @@ class CachedEmbedder:
                 if self._waiters:
                     self._landed.notify_all()
         for row, rows in enumerate(to_embed.values()):
-            out[rows] = vectors[row]
+            out[rows[0] if len(rows) == 1 else rows] = vectors[row]
 
     def _wait_into(self, out: np.ndarray, items: list[str], waiting: list[int]) -> None:
         """Fill the rows whose texts another call was embedding, once it is done. A text it
