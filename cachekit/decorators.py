@@ -65,6 +65,9 @@ class _Keys:
         self.key = key
         self.normalize = ArgNormalizer(fn, ignore)
         self.shape = self.normalize.positional_fast_path if key is None else None
+        #: Binds keyword calls on the fast path (where there is one: no key function, no
+        #: ignored or variadic parameters).
+        self.bind = self.normalize.bind if self.shape is not None else None
         # What a key error calls each value: the parameter, or the key function's result.
         self.names: tuple[str, ...] = self.normalize.value_names if key is None else ("key",)
         self.first_default, self.nparams, self.defaults, _ = (
@@ -326,7 +329,9 @@ def make_cached(
 
 def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _Calls) -> Any:
     w: Any = functools.wraps(fn)(
-        engine.l1_fast_path(keys.fname, keys.shape, keys.local_only, calls.timing, calls.call)
+        engine.l1_fast_path(
+            keys.fname, keys.shape, keys.local_only, calls.timing, calls.call, keys.bind
+        )
     )
 
     def with_options(*, ttl: float | None = None) -> Callable[..., Any]:
@@ -349,7 +354,12 @@ def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _C
 def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _Calls) -> Any:
     # The same fast path as a probe: a hit returns the value, anything else _MISS.
     probe = engine.l1_fast_path(
-        keys.fname, keys.shape, keys.local_only, calls.timing, lambda args, kwargs: _MISS
+        keys.fname,
+        keys.shape,
+        keys.local_only,
+        calls.timing,
+        lambda args, kwargs: _MISS,
+        keys.bind,
     )
 
     @functools.wraps(fn)

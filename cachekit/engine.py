@@ -649,18 +649,28 @@ class Engine:
         local_key_of: Callable[[tuple[Any, ...], dict[str, Any]], Hashable],
         timing: FunctionCounters,
         on_miss: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+        bind: Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...] | None] | None = None,
     ) -> Callable[..., Any]:
         """The L1 hit path of a decorated function, as a function of the call's arguments.
 
         Serves a fresh L1 entry of the current namespace version and hands everything else to
         ``on_miss(args, kwargs)``. Returned as a function so a sync decorator's wrapper *is* this
         function: a Python call layer costs about a tenth of an L1 hit. For positional scalar
-        arguments within ``shape`` the local key ``(fname, values, types)`` is built inline;
-        other calls get theirs from ``local_key_of(args, kwargs)``
-        (:func:`cachekit.fast_path.l1_fast_path`).
+        arguments within ``shape`` (or bound by ``bind`` when some are given by keyword) the
+        local key ``(fname, values, types)`` is built inline; other calls get theirs from
+        ``local_key_of(args, kwargs)`` (:func:`cachekit.fast_path.l1_fast_path`).
         """
         return l1_fast_path(
-            self.l1, self.clock, self.ns, self._l1c, fname, shape, local_key_of, timing, on_miss
+            self.l1,
+            self.clock,
+            self.ns,
+            self._l1c,
+            fname,
+            shape,
+            local_key_of,
+            timing,
+            on_miss,
+            bind,
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -41,10 +41,12 @@ def l1_fast_path(
     local_key_of: Callable[[tuple[Any, ...], dict[str, Any]], Hashable],
     timing: FunctionCounters,
     on_miss: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+    bind: Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...] | None] | None = None,
 ) -> Callable[..., Any]:
     """Serve a fresh entry of ``l1`` while ``namespace``'s version needs no re-read, and hand
-    everything else to ``on_miss(args, kwargs)``. For positional scalar arguments within
-    ``shape`` the local key ``(fname, values, types)`` is built inline; other calls get theirs
+    everything else to ``on_miss(args, kwargs)``. For scalar arguments, positional within
+    ``shape`` or bound by ``bind`` (``ArgNormalizer.bind``: the same values) when given by
+    keyword, the local key ``(fname, values, types)`` is built inline; other calls get theirs
     from ``local_key_of(args, kwargs)``. Every attribute lookup here shows in the hit cost,
     hence the local names."""
     l1_item = l1.getitem if l1 is not None else None
@@ -64,8 +66,13 @@ def l1_fast_path(
         if l1_item is None:
             return on_miss(args, kwargs)
         n = len(args)
-        if not kwargs and first_default <= n <= nparams:
-            values = args if n == whole else args + fills[n]
+        values: tuple[Any, ...] | None = None
+        if not kwargs:
+            if first_default <= n <= nparams:
+                values = args if n == whole else args + fills[n]
+        elif bind is not None:
+            values = bind(args, kwargs)
+        if values is not None:
             # tuple(map(...)) costs about a tenth of a hit: one or two values are typed inline
             if width == 1:
                 types: tuple[type, ...] = (type(values[0]),)
@@ -82,8 +89,9 @@ def l1_fast_path(
             lk: Hashable | None = None
             if floats is not None:
                 lk = (fname, values, types)
-                # the defaults were checked once: only floats among the arguments are checked
-                if floats and (floats[0] < n or not defaults_plain):
+                # the defaults were checked once: with positional arguments only, floats past
+                # them are defaults and need no check
+                if floats and (kwargs or floats[0] < n or not defaults_plain):
                     for i in floats:
                         x = values[i]
                         if x == 0.0 or x != x:

@@ -519,14 +519,16 @@ class ArgNormalizer:
             if self._first_default <= n <= self._max_positional:
                 return args + self._defaults[n:]
         if self._bindable:
-            values = self._bind(args, kwargs)
+            values = self.bind(args, kwargs)
             if values is not None:
                 return values
         return self._slow(args, kwargs)
 
-    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The values of a call by the table of parameter positions, or ``None`` when the call
-        does not match the signature (``_slow`` then raises the error ``inspect`` words)."""
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The values of a call by the table of parameter positions (what calling this object
+        returns), or ``None`` when the call does not match the signature (calling this object
+        then raises the error ``inspect`` words). Only for functions without ``*args`` and
+        ``**kwargs``, which every call of binds this way."""
         n = len(args)
         if n > self._max_positional:
             return None

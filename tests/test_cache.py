@@ -416,6 +416,26 @@ def test_float_arguments_beside_a_float_default_are_told_apart(default: float) -
     assert cache.stats().hits == 3
 
 
+def test_keyword_calls_share_entries_and_keep_signed_zeros_apart() -> None:
+    """Calls with keyword arguments are keyed on the hit path too: f(1, 2.5) and f(1, y=2.5)
+    are one entry, and a zero given by keyword is told from the other zero."""
+    cache = Cache()
+    calls: list[str] = []
+
+    @cache.cached
+    def f(x: int, y: float = 1.5, *, z: float = 2.5) -> str:
+        calls.append(f"{x!r},{y!r},{z!r}")
+        return calls[-1]
+
+    assert f(1, 2.5) == f(1, y=2.5) == f(y=2.5, x=1) == "1,2.5,2.5"
+    assert f(1, z=0.0) == "1,1.5,0.0" and f(1, z=-0.0) == "1,1.5,-0.0"
+    assert f(1, y=0.0) == "1,0.0,2.5" and f(1, y=-0.0) == "1,-0.0,2.5"
+    assert f(1, z=0.0) == "1,1.5,0.0" and f(1, y=-0.0) == "1,-0.0,2.5"
+    assert len(calls) == 5
+    hits = cache.stats().hits
+    assert f(x=1, y=2.5) == "1,2.5,2.5" and cache.stats().hits == hits + 1
+
+
 def test_a_signed_zero_default_is_not_its_other_zero() -> None:
     """f(1) with a -0.0 default and f(1, 0.0) are two entries: a zero default sends the call
     to the checked key, like a zero argument."""
