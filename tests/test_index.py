@@ -341,8 +341,9 @@ def test_ef_search_grows_with_the_index_unless_pinned(monkeypatch: pytest.Monkey
     auto = FaissIndex(8)
     for n, expected in (
         (10, 32),
-        (10_000, 32),
-        (75_000, 48),
+        (10_000, 35),
+        (50_000, 48),
+        (75_000, 56),
         (100_000, 64),
         (300_000, 192),
         (1_000_000, 512),

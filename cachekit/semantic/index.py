@@ -69,8 +69,10 @@ DEFAULT_EF_SEARCH = 64
 # With real queries against dense clusters of paraphrases, a fixed efSearch loses accuracy as the
 # graph grows: at 1M entries efSearch=64 made a different hit/miss decision than exact search
 # for 8% of lookups, 512 for 1% (~1 ms per search, next to a ~8 ms embedding); at 100k, 64 made
-# the same decisions as exact, and at 10k so did 32 (bench/semantic_latency.py --ef). So by
-# default efSearch grows linearly with the entries, 64 at 100k, within [32, 512].
+# the same decisions as exact, and at 10k so did 32 (recall@1 0.993; at 50k 32 kept the
+# decisions but recall@1 fell to 0.967, 48 gave 0.980; bench/semantic_latency.py --ef). So by
+# default efSearch starts at 32 and grows half as fast as the entries' 64 per 100k (48 at 50k),
+# then as fast from 100k (64), up to 512.
 _EF_PER_ENTRY = DEFAULT_EF_SEARCH / 100_000
 _MIN_AUTO_EF_SEARCH = 32
 _MAX_AUTO_EF_SEARCH = 512
@@ -612,7 +614,8 @@ class FaissIndex:
     def _ef_search(self, n: int) -> int:
         if self.ef_search is not None:
             return self.ef_search
-        return max(_MIN_AUTO_EF_SEARCH, min(_MAX_AUTO_EF_SEARCH, int(n * _EF_PER_ENTRY)))
+        grown = n * _EF_PER_ENTRY
+        return min(_MAX_AUTO_EF_SEARCH, int(max(_MIN_AUTO_EF_SEARCH + grown / 2, grown)))
 
     # -- persistence ---------------------------------------------------------------------------
 
