@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 __all__ = ["RWLock"]
 
@@ -21,13 +22,24 @@ class RWLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
-        self._read = _ReadHold(self)
-        self._write = _WriteHold(self)
+        self._readers_waiting = 0
+        self._read = _Hold(self.acquire_read, self.release_read)
+        self._write = _Hold(self.acquire_write, self.release_write)
 
-    def read(self) -> _ReadHold:
+    @property
+    def writers_waiting(self) -> int:
+        """Writers waiting for the lock (they keep new readers out)."""
+        return self._writers_waiting
+
+    @property
+    def readers_waiting(self) -> int:
+        """Readers waiting for a writer (holding or waiting) to be done."""
+        return self._readers_waiting
+
+    def read(self) -> _Hold:
         return self._read
 
-    def write(self) -> _WriteHold:
+    def write(self) -> _Hold:
         return self._write
 
     def acquire_read(self) -> None:
@@ -37,8 +49,12 @@ class RWLock:
                 self._readers += 1
                 return
         with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
+            self._readers_waiting += 1
+            try:
+                while self._writer or self._writers_waiting:
+                    self._cond.wait()
+            finally:
+                self._readers_waiting -= 1
             self._readers += 1
 
     def release_read(self) -> None:
@@ -63,27 +79,17 @@ class RWLock:
             self._cond.notify_all()
 
 
-class _ReadHold:
-    __slots__ = ("_lock",)
+class _Hold:
+    """Holds a lock for a ``with`` block through its acquire and release functions."""
 
-    def __init__(self, lock: RWLock) -> None:
-        self._lock = lock
+    __slots__ = ("_acquire", "_release")
 
-    def __enter__(self) -> None:
-        self._lock.acquire_read()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release_read()
-
-
-class _WriteHold:
-    __slots__ = ("_lock",)
-
-    def __init__(self, lock: RWLock) -> None:
-        self._lock = lock
+    def __init__(self, acquire: Callable[[], None], release: Callable[[], None]) -> None:
+        self._acquire = acquire
+        self._release = release
 
     def __enter__(self) -> None:
-        self._lock.acquire_write()
+        self._acquire()
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release_write()
+        self._release()
