@@ -23,6 +23,9 @@ the approximate index's top-1 is compared with an exact (flat) search over the s
 embedder, against a search right after another query's search (interleaved, each timed query
 searched once): what a cold CPU cache costs the lookup's search.
 
+``--split`` also times each lookup's own work before its forward pass and after it (the tier's
+embedder wrapped in a timer: two clock reads per embedding, which the lookup then pays).
+
 ``--guard-cost`` instead times what the slot guard adds to a lookup that hits: two semantic
 functions hold the pair file's cached texts, the default policy and the same threshold with no
 slot work at all (``guard=None, number_bonus=0``), both embedding from a table of the real
@@ -69,6 +72,23 @@ from cachekit.semantic.tier import entry_id
 SCOPE_MODEL = "bench"
 FILLER_NOISE = 0.0215  # per-dimension std; |noise| ~0.42, cosine ~0.85 to the source vector
 CHUNK = 50_000
+
+
+class EmbedTimer:
+    """The embedder, recording when its last ``embed`` started and ended (``--split``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.started = self.ended = 0.0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.started = time.perf_counter()
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.ended = time.perf_counter()
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -208,6 +228,12 @@ def main() -> None:
     p.add_argument("--guard-cost", action="store_true", help="time the slot guard on hits only")
     p.add_argument("--cold", action="store_true", help="with --guard-cost: stored texts unparsed")
     p.add_argument(
+        "--split",
+        action="store_true",
+        help="also time each lookup's own work before and after its forward pass (the tier's "
+        "embedder is then wrapped in a timer, two clock reads per embedding)",
+    )
+    p.add_argument(
         "--torch-threads",
         type=int,
         default=None,
@@ -253,11 +279,13 @@ def main() -> None:
     )
 
     cache = Cache(default_ttl=None)
+    timer = EmbedTimer(embedder) if args.split else None
+    split_ms: tuple[list[float], list[float]] = ([], [])
 
     @cache.semantic(
         threshold=None,
         ttl=None,
-        embedder=embedder,
+        embedder=timer if timer is not None else embedder,
         capacity=max(sizes) + 1,
         batching=args.batching == "on",
     )
@@ -319,12 +347,16 @@ def main() -> None:
                     baseline.encode([text], show_progress_bar=False)
                 else:
                     embedder.embed([text])
-                dt = (time.perf_counter() - t) * 1e3
+                t_end = time.perf_counter()
+                dt = (t_end - t) * 1e3
                 if i < args.warmup:
                     continue
                 timings[which].append(dt)
                 if which == "lookup":
                     statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
+                    if timer is not None:
+                        split_ms[0].append((timer.started - t) * 1e3)
+                        split_ms[1].append((t_end - timer.ended) * 1e3)
 
         index = tier_index(answer, scope)
         k_tier = answer.tier.candidates
@@ -402,6 +434,12 @@ def main() -> None:
             f"recall@1 vs exact {recall:.4f} | same hit/miss decision and entry at "
             f"{bar} {agree:.4f} ({row['exact_hits']} exact hits) | mean cosine shortfall {gap:.5f}"
         )
+        if timer is not None:
+            pre, post = split_ms[0][-args.queries :], split_ms[1][-args.queries :]
+            print(
+                f"  lookup's own work p50: {statistics.median(pre):.3f} ms before its forward "
+                f"pass, {statistics.median(post):.3f} ms after it"
+            )
         print(
             f"  search right after the query's forward pass p50 {cold_p50:.3f} ms | right after "
             f"another query's search p50 {warm_p50:.3f} ms ({cold_p50 / warm_p50:.2f}x)"
