@@ -660,18 +660,8 @@ class Engine:
         local key ``(fname, values, types)`` is built inline; other calls get theirs from
         ``local_key_of(args, kwargs)`` (:func:`cachekit.fast_path.l1_fast_path`).
         """
-        return l1_fast_path(
-            self.l1,
-            self.clock,
-            self.ns,
-            self._l1c,
-            fname,
-            shape,
-            local_key_of,
-            timing,
-            on_miss,
-            bind,
-        )
+        held = (self.l1, self.clock, self.ns, self._l1c)
+        return l1_fast_path(*held, fname, shape, local_key_of, timing, on_miss, bind)
 
     # ------------------------------------------------------------------ lifecycle
 

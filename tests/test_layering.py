@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.batcher": MECHANISMS,
     "cachekit.semantic.embedder": MECHANISMS,
     "cachekit.semantic.onnx_runner": MECHANISMS,
+    "cachekit.semantic.hnsw": MECHANISMS,
     "cachekit.semantic.index": MECHANISMS,
     "cachekit.semantic.entries": MECHANISMS,
     "cachekit.semantic.embedding_cache": MECHANISMS,

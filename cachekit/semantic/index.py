@@ -30,6 +30,7 @@ import faiss
 import numpy as np
 
 from cachekit.extras import check_faiss_distributions
+from cachekit.semantic.hnsw import PAD_ID, HnswGraph
 from cachekit.semantic.rwlock import RWLock
 
 if TYPE_CHECKING:
@@ -83,15 +84,11 @@ _F32 = np.dtype(np.float32)
 _META_FILE = "meta.json"
 _INDEX_FILE = "index.faiss"
 _LABELS_FILE = "label_ids.npy"
-# -1 is the padding id of every search result, so it cannot also name a stored vector.
-_PAD_ID = -1
 # Below this many vectors a rebuild takes well under 100 ms: not worth a thread.
 DEFAULT_BACKGROUND_MIN = 2_000
 # Vectors copied per read-lock hold when a rebuild snapshots a graph (~12 MB of 384-d float32):
 # a writer waits for that copy and searches queue behind the waiting writer, so it stays short.
 _SNAPSHOT_CHUNK = 8_192
-# Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
-_ID_MAP_SLICE = 65_536
 # A rebuild replays the writes journaled during its build outside the lock while many arrived,
 # then the last few under the write lock as it swaps; these bound that loop.
 _SWAP_OPS = 64
@@ -125,129 +122,6 @@ def _flat_vectors(index: Any, dim: int) -> np.ndarray:
     if n == 0:
         return np.empty((0, dim), dtype=np.float32)
     return index.reconstruct_n(0, n).reshape(n, dim).astype(np.float32, copy=False)
-
-
-class _Graph:
-    """An HNSW graph whose labels are insertion positions, mapped to caller ids.
-
-    HNSW cannot delete: a removed or replaced id's label maps to ``_PAD_ID`` (a tombstone) and an
-    ``IDSelectorBitmap`` of the live labels keeps it out of results. Not thread-safe on its own.
-    """
-
-    def __init__(self, hnsw: Any, label_ids: np.ndarray) -> None:
-        self.hnsw = hnsw
-        self._set_labels(np.asarray(label_ids, dtype=np.int64))
-        alive = np.flatnonzero(self.label_ids != _PAD_ID)
-        self.id_label: dict[int, int] = {}
-        # In slices: one dict() over a million pairs is a single C call that holds the GIL for
-        # a noticeable time, stalling searches when a background rebuild builds this.
-        for lo in range(0, len(alive), _ID_MAP_SLICE):
-            part = alive[lo : lo + _ID_MAP_SLICE]
-            self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
-        self.dead = len(self.label_ids) - len(alive)
-        # (efSearch, the search parameters, and what they point into: the selector and its
-        # live-label bitmap, which must stay referenced while they are used). Built at the first
-        # search after a change, shared by concurrent searches (faiss only reads them).
-        self.params: tuple[int, Any, tuple[np.ndarray, Any] | None] | None = None
-
-    def _set_labels(self, label_ids: np.ndarray) -> None:
-        # One trailing padding id: faiss's -1 for "no result" then reads as _PAD_ID with no
-        # masking (label_ids is a view without it, so a tombstone written there shows in both).
-        self.by_label = np.append(label_ids, np.int64(_PAD_ID))
-        self.label_ids = self.by_label[:-1]
-
-    @classmethod
-    def build(
-        cls, dim: int, m: int, ef_construction: int, ids: np.ndarray, vecs: np.ndarray
-    ) -> _Graph:
-        # Vectors held as float16: half the memory a search reads, and a search right after an
-        # embedder's forward pass (which leaves the CPU caches cold) is bound by those reads;
-        # scores move by under 1e-4 (bench/semantic_latency.py prints the shortfall).
-        hnsw = faiss.IndexHNSWSQ(
-            dim,
-            faiss.ScalarQuantizer.QT_fp16,  # type: ignore[arg-type]  # an enum value (int)
-            m,
-            faiss.METRIC_INNER_PRODUCT,
-        )
-        hnsw.hnsw.efConstruction = ef_construction
-        if len(ids):
-            hnsw.add(np.ascontiguousarray(vecs))
-        return cls(hnsw, np.array(ids, dtype=np.int64, copy=True))
-
-    def __len__(self) -> int:
-        return len(self.id_label)
-
-    def make_room(self) -> None:
-        """Double the capacity of the graph's big arrays (vectors, links) now.
-
-        A freshly built graph's arrays are exactly full, so the first add after the build
-        reallocates and copies them (1.5 GB of vectors at 1M entries: seconds), and does so
-        under the index's write lock. Growing them here, on the rebuild thread, moves that copy
-        out of the lock: resizing up and back down keeps the capacity. Best effort: skipped
-        where this faiss does not expose the arrays."""
-        try:
-            storage: Any = faiss.downcast_index(self.hnsw.storage)
-            arrays = [storage.codes, self.hnsw.hnsw.neighbors]
-            for arr in arrays:
-                size = arr.size()
-                arr.resize(2 * size)
-                arr.resize(size)
-        except (AttributeError, RuntimeError):
-            log.debug("could not pre-grow the HNSW arrays", exc_info=True)
-
-    @property
-    def ntotal(self) -> int:
-        return int(self.hnsw.ntotal)
-
-    def alive_ids(self) -> np.ndarray:
-        return self.label_ids[self.label_ids != _PAD_ID]
-
-    def add(self, ids: np.ndarray, vecs: np.ndarray) -> None:
-        for i in ids.tolist():
-            self._tombstone(i)
-        start = len(self.label_ids)
-        self.hnsw.add(vecs)
-        self._set_labels(np.concatenate([self.label_ids, ids]))
-        self.id_label.update(zip(ids.tolist(), range(start, start + len(ids)), strict=True))
-        self.params = None
-
-    def remove(self, ids: np.ndarray) -> int:
-        removed = sum(self._tombstone(i) for i in ids.tolist())
-        if removed:
-            self.params = None
-        return removed
-
-    def _tombstone(self, id_: int) -> bool:
-        label = self.id_label.pop(id_, None)
-        if label is None:
-            return False
-        self.label_ids[label] = _PAD_ID
-        self.dead += 1
-        return True
-
-    def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-        ef = max(ef, k)
-        params = self.params
-        if params is None or params[0] != ef:
-            # Racing readers may each build one; both are correct and the last one is kept.
-            params = self.params = self._search_params(ef)
-        dist, labels = self.hnsw.search(queries, k, params=params[1])
-        # Tombstoned labels map to _PAD_ID, so even a graph hit the selector missed could only
-        # ever come back as padding, never as a removed id.
-        found = self.by_label[labels]
-        del params  # keeps the selector and its bitmap alive until here
-        return dist, found
-
-    def _search_params(self, ef: int) -> tuple[int, Any, tuple[np.ndarray, Any] | None]:
-        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = ef
-        if not self.dead:
-            return ef, params, None
-        alive = self.label_ids != _PAD_ID
-        bitmap = np.packbits(alive, bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(alive), faiss.swig_ptr(bitmap))
-        params.sel = selector
-        return ef, params, (bitmap, selector)
 
 
 # A journaled write: (ids, vectors) for an add, (ids, None) for a removal.
@@ -308,7 +182,7 @@ class FaissIndex:
         self._lock = RWLock()
 
         self._flat: Any = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
-        self._graph: _Graph | None = None  # None while exact
+        self._graph: HnswGraph | None = None  # None while exact
 
         # Background rebuild: writes made while one runs are journaled here (None: none runs).
         self._journal: list[_Op] | None = None
@@ -407,8 +281,8 @@ class FaissIndex:
         vecs = self._as_matrix(vectors, "vectors")
         if len(id_arr) != len(vecs):
             raise ValueError(f"got {len(id_arr)} ids for {len(vecs)} vectors")
-        if (id_arr == _PAD_ID).any():
-            raise ValueError(f"id {_PAD_ID} is reserved for padding search results")
+        if (id_arr == PAD_ID).any():
+            raise ValueError(f"id {PAD_ID} is reserved for padding search results")
         if len(id_arr) == 0:
             return
         id_arr, vecs = _last_wins(id_arr, vecs)
@@ -461,7 +335,7 @@ class FaissIndex:
             return
         if graph.dead <= self.rebuild_fraction * graph.ntotal:
             return
-        alive = graph.label_ids != _PAD_ID
+        alive = graph.label_ids != PAD_ID
         n_alive = int(alive.sum())
         if n_alive <= self.exact_max or n_alive < self.background_min:
             self._rebuild(graph.label_ids[alive], _flat_vectors(graph.hnsw, self.dim)[alive])
@@ -479,9 +353,9 @@ class FaissIndex:
                 flat.add_with_ids(np.ascontiguousarray(vecs), np.ascontiguousarray(ids))
             self._flat, self._graph = flat, None
             return
-        self._install(_Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs))
+        self._install(HnswGraph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs))
 
-    def _install(self, graph: _Graph) -> None:
+    def _install(self, graph: HnswGraph) -> None:
         self._graph = graph
         # The exact copy is dropped: HNSW-flat keeps its own vectors for reconstruct/rebuild.
         self._flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
@@ -503,9 +377,9 @@ class FaissIndex:
         ).start()
 
     def _snapshot(
-        self, graph: _Graph, upto: int, labels: np.ndarray
+        self, graph: HnswGraph, upto: int, labels: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        alive = np.flatnonzero(labels[:upto] != _PAD_ID)
+        alive = np.flatnonzero(labels[:upto] != PAD_ID)
         vecs = np.empty((len(alive), self.dim), dtype=np.float32)
         done = 0
         for lo in range(0, upto, _SNAPSHOT_CHUNK):
@@ -522,7 +396,7 @@ class FaissIndex:
             ids, vecs = source()
             # One OpenMP thread fewer than the machine has: lookups need a core meanwhile.
             with _OmpThreads(max(1, (os.cpu_count() or 2) - 1)):
-                graph = _Graph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
+                graph = HnswGraph.build(self.dim, self.hnsw_m, self.ef_construction, ids, vecs)
             del ids, vecs
             graph.make_room()
             if self.rebuild_hook is not None:
@@ -535,7 +409,7 @@ class FaissIndex:
                 self._journal = None
                 self._rebuilt.set()
 
-    def _catch_up_and_swap(self, graph: _Graph) -> None:
+    def _catch_up_and_swap(self, graph: HnswGraph) -> None:
         for round_ in range(_CATCH_UP_ROUNDS + 1):
             with self._lock.write():
                 pending = self._journal or []
@@ -581,8 +455,8 @@ class FaissIndex:
                 dist, found = graph.search(queries, k_eff, self._ef_search(n))
         # faiss hands back fresh arrays, best first: where the last column is padding, the
         # padding's scores are set in place
-        if m > 1 or found[0, -1] == _PAD_ID:
-            dist[found == _PAD_ID] = -np.inf
+        if m > 1 or found[0, -1] == PAD_ID:
+            dist[found == PAD_ID] = -np.inf
         if k_eff < k:
             pad_scores, pad_ids = _padding(m, k - k_eff)
             return np.hstack([dist, pad_scores]), np.hstack([found, pad_ids])
@@ -592,7 +466,7 @@ class FaissIndex:
         if self.device == "cuda":
             gpu_index, gpu_ids = self._gpu_mirror()
             dist, pos = gpu_index.search(queries, k)
-            return dist, np.where(pos >= 0, gpu_ids[np.maximum(pos, 0)], _PAD_ID)
+            return dist, np.where(pos >= 0, gpu_ids[np.maximum(pos, 0)], PAD_ID)
         dist, found = self._flat.search(queries, k)
         return dist, found.astype(np.int64, copy=False)
 
@@ -677,8 +551,8 @@ class FaissIndex:
             label_ids = np.load(directory / _LABELS_FILE).astype(np.int64)
             if len(label_ids) != index.ntotal:
                 raise ValueError(f"{path}: {len(label_ids)} labels for {index.ntotal} vectors")
-            obj._install(_Graph(index, label_ids))
-            alive = np.flatnonzero(label_ids != _PAD_ID)
+            obj._install(HnswGraph(index, label_ids))
+            alive = np.flatnonzero(label_ids != PAD_ID)
             if obj.device == "cuda":
                 # GPU search is exact only; fold the graph back into a flat index.
                 obj._rebuild(label_ids[alive], _flat_vectors(index, obj.dim)[alive])
@@ -687,7 +561,7 @@ class FaissIndex:
         return obj
 
 
-def _replay(graph: _Graph, ops: list[_Op]) -> None:
+def _replay(graph: HnswGraph, ops: list[_Op]) -> None:
     for ids, vecs in ops:
         if vecs is None:
             graph.remove(ids)
@@ -741,8 +615,8 @@ class _OmpThreads:
 
 
 def _padding(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``m`` rows of ``k`` empty results: scores ``-inf``, ids ``_PAD_ID``."""
+    """``m`` rows of ``k`` empty results: scores ``-inf``, ids ``PAD_ID``."""
     return (
         np.full((m, k), -np.inf, dtype=np.float32),
-        np.full((m, k), _PAD_ID, dtype=np.int64),
+        np.full((m, k), PAD_ID, dtype=np.int64),
     )
