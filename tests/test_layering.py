@@ -155,6 +155,19 @@ def test_every_module_has_a_layer() -> None:
     assert not unplaced, f"assign a layer in tests/test_layering.py to: {unplaced}"
 
 
+#: A module longer than this is split by job (docs/architecture.md names each module's job).
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_over_the_line_bound() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "cachekit").rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
+
+
 def test_imports_never_go_up_a_layer() -> None:
     bad = []
     for name in MODULES:
