@@ -4,6 +4,8 @@ import asyncio
 import inspect
 import threading
 import time
+from collections.abc import Hashable
+from typing import Any
 
 import pytest
 
@@ -414,6 +416,37 @@ def test_float_arguments_beside_a_float_default_are_told_apart(default: float) -
         assert f(x) == f"{x!r}*{default!r}"
     assert calls == ["0.0", "-0.0", "2.5"]
     assert cache.stats().hits == 3
+
+
+def test_an_entry_evicted_between_a_hit_and_its_timing_read_is_still_served() -> None:
+    """The sampled hit reads its entry a second time to time the read; an entry evicted in
+    between (by another thread) leaves the hit as it was, never a KeyError."""
+    cache = Cache()
+    l1 = cache.engine.l1
+    assert l1 is not None
+    real_read = l1.getitem
+    armed = threading.Event()
+    armed_reads: list[object] = []
+
+    def evicted_at_the_second_read(key: Hashable) -> Any:
+        if armed.is_set():
+            armed_reads.append(key)
+            if len(armed_reads) == 2:
+                raise KeyError(key)
+        return real_read(key)
+
+    l1.getitem = evicted_at_the_second_read
+
+    @cache.cached
+    def f(x: int) -> int:
+        return x * 10
+
+    assert f(3) == 30  # a miss, then the store
+    for _ in range(HIT_SAMPLE_EVERY - 1):
+        assert f(3) == 30
+    armed.set()  # the next hit is the sampled one: its second read finds the entry gone
+    assert f(3) == 30
+    assert len(armed_reads) == 2 and cache.stats().hits == HIT_SAMPLE_EVERY
 
 
 def test_keyword_calls_share_entries_and_keep_signed_zeros_apart() -> None:
