@@ -10,14 +10,14 @@ from typing import Any
 import faiss
 import numpy as np
 
-__all__ = ["ID_MAP_SLICE", "PAD_ID", "HnswGraph"]
+__all__ = ["PAD_ID", "HnswGraph"]
 
 log = logging.getLogger("cachekit.semantic")
 
 #: -1 is the padding id of every search result, so it cannot also name a stored vector.
 PAD_ID = -1
-#: Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
-ID_MAP_SLICE = 65_536
+# Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
+_ID_MAP_SLICE = 65_536
 
 
 class HnswGraph:
@@ -34,8 +34,8 @@ class HnswGraph:
         self.id_label: dict[int, int] = {}
         # In slices: one dict() over a million pairs is a single C call that holds the GIL for
         # a noticeable time, stalling searches when a background rebuild builds this.
-        for lo in range(0, len(alive), ID_MAP_SLICE):
-            part = alive[lo : lo + ID_MAP_SLICE]
+        for lo in range(0, len(alive), _ID_MAP_SLICE):
+            part = alive[lo : lo + _ID_MAP_SLICE]
             self.id_label.update(zip(self.label_ids[part].tolist(), part.tolist(), strict=True))
         self.dead = len(self.label_ids) - len(alive)
         # (efSearch, the search parameters, and what they point into: the selector and its

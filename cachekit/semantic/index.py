@@ -63,7 +63,8 @@ log = logging.getLogger("cachekit.semantic")
 # recall and deletes for real, so the index stays exact up to 8k; the one-off migration build
 # (~1.5 s) runs in the background.
 DEFAULT_EXACT_MAX = 8_000
-# efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms.
+# efSearch=64 gave recall@1 0.999-1.0 on near-duplicate queries at 10k-100k for ~0.15-0.2 ms:
+# the automatic efSearch at 100k entries (below it, see _MIN_AUTO_EF_SEARCH).
 # efConstruction=80 gave recall@1 0.999 at 100k (200 gave 1.000, 40 gave 0.995) and builds ~2x
 # faster than 200 at 8k (1.2-1.5 s vs 2.5 s), which is the stall the migration causes.
 DEFAULT_EF_SEARCH = 64
