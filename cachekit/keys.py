@@ -41,6 +41,7 @@ __all__ = [
     "float_positions",
     "local_key",
     "stable_digest",
+    "strings_digest",
 ]
 
 
@@ -117,7 +118,12 @@ def _enc_bytes(obj: bytes | bytearray | memoryview, out: bytearray, depth: int) 
 def _enc_sequence(obj: tuple[Any, ...] | list[Any], out: bytearray, depth: int) -> None:
     n = len(obj)
     is_tuple = type(obj) is tuple
-    if n and set(map(type, obj)) == _FLOAT_ONLY and all(x == x for x in obj):
+    if (
+        n
+        and type(obj[0]) is float
+        and set(map(type, obj)) == _FLOAT_ONLY
+        and all(x == x for x in obj)
+    ):
         # Feature vectors: one struct call instead of one recursion per element. The tag
         # differs from the generic form, and which form applies depends only on the value.
         out += (b"u" if is_tuple else b"v") + b"%d:" % n + struct.pack(f">{n}d", *obj)
@@ -305,6 +311,17 @@ def stable_digest(obj: Any, names: Sequence[str] | None = None) -> str:
         _encode(obj, out, 0)
     except (UnkeyableArgument, RecursionError) as exc:
         raise _name_failure(exc, obj, names) from None
+    return hashlib.blake2b(out, digest_size=16).hexdigest()
+
+
+def strings_digest(*parts: str) -> str:
+    """``stable_digest(parts)`` for a tuple of strings, without the general walk (every
+    semantic lookup keys its exact entry by ``(scope key, text)``)."""
+    out = bytearray(b"t%d:" % len(parts))
+    for part in parts:
+        if type(part) is not str:
+            return stable_digest(parts)
+        _enc_str(part, out, 0)
     return hashlib.blake2b(out, digest_size=16).hexdigest()
 
 

@@ -130,6 +130,16 @@ async def test_call_refuses_to_block_an_event_loop(closing: Any) -> None:
     assert b.inline_batches == 0
 
 
+async def test_call_told_to_block_the_loop_hands_the_request_to_the_worker(
+    closing: Any,
+) -> None:
+    rec = Recorder()
+    b = closing(rec)
+    assert b.call(4, block_loop=True) == 40
+    assert b.inline_batches == 0
+    assert rec.threads[-1] is not threading.current_thread()
+
+
 def test_call_after_close_runs_unbatched(closing: Any) -> None:
     rec = Recorder()
     b = closing(rec)

@@ -220,6 +220,7 @@ def test_cached_embedder_embeds_each_text_once() -> None:
     assert len(inner.batches) == 2  # all hits: inner not called at all
     assert (cached.hits, cached.misses) == (1 + 2 + 2, 3)
     assert cached.embed([]).shape == (0, 16)
+    assert len(inner.batches) == 2  # nothing to embed: inner not called
 
 
 def test_cached_embedder_returns_copies() -> None:

@@ -19,6 +19,7 @@ import pytest
 faiss = pytest.importorskip("faiss")
 
 from cachekit.protocols import VectorIndex  # noqa: E402
+from cachekit.semantic.hnsw import HnswGraph  # noqa: E402
 from cachekit.semantic.index import FaissIndex, gpu_available  # noqa: E402
 
 DIM = 32
@@ -270,6 +271,33 @@ def test_search_rejects_bad_input(index: VectorIndex) -> None:
     index.search(np.full((1, DIM), 3e38, np.float32), 1)  # finite, however large: searched
 
 
+def non_finite_queries() -> list[np.ndarray]:
+    """Queries with a NaN or an infinity in one place or everywhere, alone and in batches."""
+    out = []
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in (slice(3, 4), slice(None)):
+            one = unit_vectors(1, seed=5).copy()
+            one[0, where] = bad
+            out.append(one)
+            out.append(np.vstack([unit_vectors(1, seed=6), one]))
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3, 40])
+def test_search_rejects_non_finite_queries_past_the_first_entries(
+    index: VectorIndex, k: int
+) -> None:
+    # Enough entries for the HNSW variant to search its graph, some removed (tombstones).
+    index.add(ids_of(*range(30)), unit_vectors(30))
+    index.remove(ids_of(*range(0, 30, 3)))
+    for bad in non_finite_queries():
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            index.search(bad, k)
+    huge = unit_vectors(1, seed=7) * np.float32(1e37)  # finite; its scores overflow to inf
+    scores, found = index.search(huge, k)
+    assert found[0, 0] != -1 and not np.isnan(scores[0, 0])
+
+
 # -- FaissIndex specifics ------------------------------------------------------------------------
 
 
@@ -491,3 +519,15 @@ def test_hnsw_scores_stay_within_1e4_of_exact_at_384_dimensions() -> None:
     scores, found = index.search(queries, 4)
     exact = np.einsum("qd,qkd->qk", queries, vecs[found])
     assert np.abs(scores - exact).max() < 1e-4
+
+
+def test_hnsw_graph_refuses_queries_it_cannot_hand_to_faiss_as_they_are() -> None:
+    # The graph passes the queries' memory straight to faiss: only a C-contiguous float32
+    # matrix of its width may go through (FaissIndex converts anything else first).
+    vecs = unit_vectors(20, seed=3)
+    graph = HnswGraph.build(DIM, 16, 40, np.arange(20, dtype=np.int64), vecs)
+    _, found = graph.search(vecs[:2], 1, 16)
+    assert found[:, 0].tolist() == [0, 1]
+    for bad in (vecs[:2].astype(np.float64), np.asfortranarray(vecs[:2]), vecs[:2, :-1]):
+        with pytest.raises(ValueError, match="C-contiguous float32"):
+            graph.search(bad, 1, 16)

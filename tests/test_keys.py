@@ -23,6 +23,7 @@ from cachekit.keys import (
     float_positions,
     local_key,
     stable_digest,
+    strings_digest,
 )
 
 
@@ -401,3 +402,16 @@ def test_equal_local_keys_mean_equal_stable_keys() -> None:
 def test_key_format_is_unchanged(value: object, digest: str) -> None:
     # Entries already in Redis stay reachable: any change here must be a deliberate migration.
     assert stable_digest(value) == digest
+
+
+class _Text(str):
+    """A str subclass: keyed through the general walk."""
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [(), ("",), ("scope", "text"), ("a" * 300, "é ☃ \U0001f600", "\ud800"), ("x", _Text("y"))],
+    ids=repr,
+)
+def test_strings_digest_is_stable_digest_of_the_tuple(parts: tuple[str, ...]) -> None:
+    assert strings_digest(*parts) == stable_digest(parts)

@@ -83,6 +83,7 @@ class MicroBatcher(Generic[Req, Res]):
         self._closed = False
         self._submitted = 0  # queued or running requests, for flush()
         self._idle = threading.Condition(self._lock)
+        self._flushing = 0  # callers waiting in flush() (only they are woken when idle)
         # Held while any batch runs, by the worker or by a caller running its own: batches
         # never overlap, so what queues behind an inline batch becomes one batch, as before.
         self._running = threading.Lock()
@@ -103,15 +104,19 @@ class MicroBatcher(Generic[Req, Res]):
         self._enqueue(item)
         return item.future
 
-    def call(self, request: Req) -> Res:
+    def call(self, request: Req, *, block_loop: bool = False) -> Res:
         """Run ``request`` and return its result (raising the batch's exception): in this
         thread when the batcher is idle, else as part of the worker's next batch.
 
         For synchronous callers. On a running event loop it refuses to block the loop and
-        raises RuntimeError: await ``asyncio.wrap_future(submit(request))`` there instead.
+        raises RuntimeError (await ``asyncio.wrap_future(submit(request))`` there instead),
+        unless ``block_loop``: then the loop waits for the worker to run it (a synchronous
+        function called from async code, which blocks its loop whatever it does).
         """
         if on_event_loop():
-            raise RuntimeError("MicroBatcher.call() blocks; on an event loop use submit()")
+            if not block_loop:
+                raise RuntimeError("MicroBatcher.call() blocks; on an event loop use submit()")
+            return self.submit(request).result()
         if self._claim_idle():
             return self._run_inline(request)
         item: _Item[Req, Res] = _Item(request)
@@ -153,11 +158,15 @@ class MicroBatcher(Generic[Req, Res]):
         """Wait until every request submitted so far has its result. Returns False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
-            while self._submitted:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
+            self._flushing += 1
+            try:
+                while self._submitted:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._idle.wait(remaining)
+            finally:
+                self._flushing -= 1
         return True
 
     def close(self, timeout: float | None = 5.0) -> None:
@@ -265,9 +274,9 @@ class MicroBatcher(Generic[Req, Res]):
 
     def _done(self, n: int) -> None:
         """``n`` requests have their results (set after them, so ``flush`` sees them)."""
-        with self._idle:
+        with self._lock:
             self._submitted -= n
-            if not self._submitted:
+            if not self._submitted and self._flushing:
                 self._idle.notify_all()
 
     # ------------------------------------------------------------------ stats

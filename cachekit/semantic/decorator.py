@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cachekit.decorators import METHOD_RECEIVERS
 from cachekit.extras import check_faiss_distributions, require, require_installed
-from cachekit.keys import ArgNormalizer, local_key, stable_digest
+from cachekit.keys import ArgNormalizer, local_key, stable_digest, strings_digest
 from cachekit.sansio import Core, adrive, drive
 from cachekit.semantic.policy import HitPolicy, resolve_policy
 from cachekit.types import CacheKey, Found, LookupResult, Status
@@ -309,7 +309,7 @@ class _SemanticCalls:
     # ------------------------------------------------------------------ shared helpers
 
     def exact_key(self, scope_key: str, t: str) -> CacheKey:
-        return self.engine.make_key("sem", self.fname, stable_digest((scope_key, t)))
+        return self.engine.make_key("sem", self.fname, strings_digest(scope_key, t))
 
     def key_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[CacheKey, str, str]:
         scope_key, t = self.split(args, kwargs)

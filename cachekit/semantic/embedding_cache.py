@@ -23,7 +23,9 @@ __all__ = ["CachedEmbedder", "validate_texts"]
 def validate_texts(texts: Sequence[str]) -> list[str]:
     """``texts`` as a list, or TypeError: a bare str is itself a Sequence[str], and embedding it
     character by character is never meant."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+    if type(texts) is not list and (
+        isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence)
+    ):
         raise TypeError(f"texts must be a sequence of str, got {type(texts).__name__}")
     items = list(texts)
     for i, text in enumerate(items):
@@ -63,6 +65,7 @@ class CachedEmbedder:
         self._cache: LRUCache[str, tuple[np.ndarray, int]] = LRUCache(
             maxsize=max_bytes, getsizeof=_held_bytes
         )
+        self._max_kept = max_bytes // 16
         # Texts being embedded by some call; callers wanting one wait on `_landed` (counted in
         # `_waiters`, so a call nobody waits for notifies nobody).
         self._pending: set[str] = set()
@@ -108,15 +111,15 @@ class CachedEmbedder:
 
     def embed(self, texts: Sequence[str]) -> FloatMatrix:
         items = validate_texts(texts)
-        out = np.empty((len(items), self.dim), dtype=np.float32)
         to_embed: dict[str, list[int]] = {}
+        found: list[tuple[int, np.ndarray]] = []
         waiting: list[int] = []
         get = self._cache.get
         with self._lock:
             for i, text in enumerate(items):
                 cached = get(text)
                 if cached is not None:
-                    out[i] = cached[0]
+                    found.append((i, cached[0]))
                     self.hits += 1
                 elif text in to_embed:
                     to_embed[text].append(i)
@@ -128,16 +131,25 @@ class CachedEmbedder:
                     to_embed[text] = [i]
             self._pending.update(to_embed)
             self.misses += len(to_embed)
+        if to_embed and len(to_embed) == len(items):
+            # Every text a distinct miss, in order (a lookup's one new text): the inner
+            # embedder's rows are the answer as they are.
+            return self._embed_owned(list(to_embed))
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        for i, vec in found:
+            out[i] = vec
         if to_embed:
-            self._embed_into(out, to_embed)
+            vectors = self._embed_owned(list(to_embed))
+            for row, rows in enumerate(to_embed.values()):
+                out[rows[0] if len(rows) == 1 else rows] = vectors[row]
         if waiting:
             self._wait_into(out, items, waiting)
         return out
 
-    def _embed_into(self, out: np.ndarray, to_embed: dict[str, list[int]]) -> None:
+    def _embed_owned(self, misses: list[str]) -> np.ndarray:
         """Embed the texts this call owns (registered as pending), keep them, and wake callers
-        waiting for them, whether or not the inner embedder succeeds."""
-        misses = list(to_embed)
+        waiting for them, whether or not the inner embedder succeeds. Returns the inner
+        embedder's rows (the cache keeps copies of its own)."""
         try:
             vectors = np.asarray(self.inner.embed(misses), dtype=np.float32)
             if vectors.shape != (len(misses), self.dim):
@@ -145,19 +157,25 @@ class CachedEmbedder:
                     f"inner embedder {self.inner.name!r} returned shape {vectors.shape}, "
                     f"expected {(len(misses), self.dim)}"
                 )
+            # Private read-only copies: callers may scribble on what `embed` returns.
+            kept = [vectors[row].copy() for row in range(len(misses))]
+            for vec in kept:
+                vec.setflags(write=False)
+        except BaseException:
             with self._lock:
-                for row, text in enumerate(misses):
-                    # A private read-only copy: callers may scribble on what `embed` returns.
-                    vec = vectors[row].copy()
-                    vec.setflags(write=False)
-                    self._keep(text, vec)
-        finally:
-            with self._lock:
-                self._pending.difference_update(misses)
-                if self._waiters:
-                    self._landed.notify_all()
-        for row, rows in enumerate(to_embed.values()):
-            out[rows[0] if len(rows) == 1 else rows] = vectors[row]
+                self._landed_or_failed(misses)
+            raise
+        with self._lock:
+            for text, vec in zip(misses, kept, strict=True):
+                self._keep(text, vec)
+            self._landed_or_failed(misses)
+        return vectors
+
+    def _landed_or_failed(self, misses: list[str]) -> None:
+        """No longer pending (under the lock): wake whoever waits for them."""
+        self._pending.difference_update(misses)
+        if self._waiters:
+            self._landed.notify_all()
 
     def _wait_into(self, out: np.ndarray, items: list[str], waiting: list[int]) -> None:
         """Fill the rows whose texts another call was embedding, once it is done. A text it
@@ -182,7 +200,7 @@ class CachedEmbedder:
 
     def _keep(self, text: str, vec: np.ndarray) -> None:
         size = sys.getsizeof(text) + vec.nbytes + _CACHED_OVERHEAD
-        if size > self._cache.maxsize // 16:
+        if size > self._max_kept:
             return
         self._cache[text] = (vec, size)
         while len(self._cache) > self.max_entries:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["ENTRY_ID_DIGEST_BYTES", "ENTRY_OVERHEAD", "EntryTable", "SemanticEntry", "entry_id"]
@@ -72,6 +72,10 @@ class EntryTable:
 
     def get(self, id_: int) -> SemanticEntry | None:
         return self._entries.get(id_)
+
+    def get_many(self, ids: Iterable[int]) -> list[SemanticEntry | None]:
+        """The entry of each id, None where there is none."""
+        return list(map(self._entries.get, ids))
 
     def values(self) -> Iterator[SemanticEntry]:
         return iter(self._entries.values())

@@ -18,6 +18,7 @@ log = logging.getLogger("cachekit.semantic")
 PAD_ID = -1
 # Pairs per dict update when a graph's id map is built (each update holds the GIL throughout).
 _ID_MAP_SLICE = 65_536
+_F32 = np.dtype(np.float32)
 
 
 class HnswGraph:
@@ -29,6 +30,7 @@ class HnswGraph:
 
     def __init__(self, hnsw: Any, label_ids: np.ndarray) -> None:
         self.hnsw = hnsw
+        self.dim: int = hnsw.d  # read once: a faiss attribute costs a wrapper call per read
         self._set_labels(np.asarray(label_ids, dtype=np.int64))
         alive = np.flatnonzero(self.label_ids != PAD_ID)
         self.id_label: dict[int, int] = {}
@@ -119,12 +121,23 @@ class HnswGraph:
         return True
 
     def search(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best of each query. ``queries`` must be a C-contiguous float32 matrix of
+        the graph's width (:class:`~cachekit.semantic.index.FaissIndex` makes sure)."""
         ef = max(ef, k)
         params = self.params
         if params is None or params[0] != ef:
             # Racing readers may each build one; both are correct and the last one is kept.
             params = self.params = self._search_params(ef)
-        dist, labels = self.hnsw.search(queries, k, params=params[1])
+        if queries.dtype != _F32 or not queries.flags.c_contiguous or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must be a C-contiguous float32 matrix of width {self.dim}")
+        n = len(queries)
+        dist = np.empty((n, k), dtype=_F32)
+        labels = np.empty((n, k), dtype=np.int64)
+        # The C++ search itself (faiss's `search` wrapper would parse a dtype name and re-check
+        # the layout on every call: a tenth of a lookup's own work right after a forward pass).
+        self.hnsw.search_c(
+            n, faiss.swig_ptr(queries), k, faiss.swig_ptr(dist), faiss.swig_ptr(labels), params[1]
+        )
         # Tombstoned labels map to PAD_ID, so even a graph hit the selector missed could only
         # ever come back as padding, never as a removed id.
         found = self.by_label[labels]

@@ -257,10 +257,6 @@ class FaissIndex:
             if arr.ndim != 2 or arr.shape[1] != self.dim:
                 raise ValueError(f"{what} must have shape (n, {self.dim}), got {arr.shape}")
             arr = np.ascontiguousarray(arr, dtype=np.float32)
-        # A float64 sum of float32 values is finite exactly when every value is: one numpy call
-        # on the search path.
-        if not math.isfinite(arr.sum(dtype=np.float64)):
-            raise ValueError(f"{what} contain NaN or infinite values")
         return arr
 
     @staticmethod
@@ -280,6 +276,7 @@ class FaissIndex:
     def add(self, ids: IdArray, vectors: FloatMatrix) -> None:
         id_arr = self._as_ids(ids)
         vecs = self._as_matrix(vectors, "vectors")
+        _check_finite(vecs, "vectors")
         if len(id_arr) != len(vecs):
             raise ValueError(f"got {len(id_arr)} ids for {len(vecs)} vectors")
         if (id_arr == PAD_ID).any():
@@ -441,27 +438,54 @@ class FaissIndex:
         m = len(queries)
         if m == 0:
             return _padding(0, k)
+        if m > 1:
+            # Checked before a batch: each row's results would otherwise need a check of its own.
+            _check_finite(queries, "query vectors")
         # One thread for small batches: waking an OpenMP team costs more than the search. A
         # single query never wakes one (faiss parallelises over queries).
-        with self._lock.read(), _OmpThreads(1 if 1 < m <= _SMALL_BATCH else None):
-            n = self._len()
-            if n == 0:
-                return _padding(m, k)
-            # Asking faiss for more than is stored only costs allocation; pad afterwards instead.
-            k_eff = min(k, n)
-            graph = self._graph
-            if graph is None:
-                dist, found = self._search_exact(queries, k_eff)
-            else:
-                dist, found = graph.search(queries, k_eff, self._ef_search(n))
+        omp = _OmpThreads(1) if 1 < m <= _SMALL_BATCH else None
+        lock = self._lock
+        lock.acquire_read()
+        try:
+            if omp is not None:
+                omp.__enter__()
+            try:
+                dist, found, k_eff = self._search_locked(queries, k)
+            finally:
+                if omp is not None:
+                    omp.__exit__()
+        finally:
+            lock.release_read()
+        if m == 1:
+            # A single query is checked by its best score: every stored vector is finite, so a
+            # query with a NaN or an infinity scores NaN or infinite against all of them, or
+            # faiss finds nothing. A finite best score proves a finite query, and the lookup
+            # skips a pass over it (tens of microseconds right after a forward pass).
+            if found.item(0) == PAD_ID or not math.isfinite(dist.item(0)):
+                _check_finite(queries, "query vectors")
         # faiss hands back fresh arrays, best first: where the last column is padding, the
         # padding's scores are set in place
-        if m > 1 or found[0, -1] == PAD_ID:
+        if m > 1 or found.item(k_eff - 1) == PAD_ID:
             dist[found == PAD_ID] = -np.inf
         if k_eff < k:
             pad_scores, pad_ids = _padding(m, k - k_eff)
             return np.hstack([dist, pad_scores]), np.hstack([found, pad_ids])
         return dist, found
+
+    def _search_locked(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The search under the read lock: scores, ids and how many columns they hold."""
+        n = self._len()
+        if n == 0:
+            dist, found = _padding(len(queries), k)
+            return dist, found, k
+        # Asking faiss for more than is stored only costs allocation; pad afterwards instead.
+        k_eff = min(k, n)
+        graph = self._graph
+        if graph is None:
+            dist, found = self._search_exact(queries, k_eff)
+        else:
+            dist, found = graph.search(queries, k_eff, self._ef_search(n))
+        return dist, found, k_eff
 
     def _search_exact(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.device == "cuda":
@@ -613,6 +637,12 @@ class _OmpThreads:
     def __exit__(self, *exc: object) -> None:
         if self.n is not None:
             faiss.omp_set_num_threads(self.previous)
+
+
+def _check_finite(arr: np.ndarray, what: str) -> None:
+    # A float64 sum of float32 values is finite exactly when every value is: one numpy call.
+    if not math.isfinite(arr.sum(dtype=np.float64)):
+        raise ValueError(f"{what} contain NaN or infinite values")
 
 
 def _padding(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -186,12 +186,15 @@ class ThresholdPolicy:
         return similarity >= self.floor and similarity >= self.bar(query, candidate)
 
     def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
-        for i, c in enumerate(candidates):
-            if self.accept(c.similarity, query, c.text):
-                return Decision(serve=i)
         if not candidates:
             return MISS
         first = candidates[0]
+        if first.similarity < self.threshold - self.number_bonus:
+            # Best first, so none reaches the floor (most misses): no candidate needs a look.
+            return below_threshold(first.similarity, self.threshold)
+        for i, c in enumerate(candidates):
+            if self.accept(c.similarity, query, c.text):
+                return Decision(serve=i)
         # below the floor no bar is met: the texts need not be read to say so
         bar = self.bar(query, first.text) if first.similarity >= self.floor else self.threshold
         return below_threshold(first.similarity, bar)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cachekit.semantic.arbiter import HitArbiter
-from cachekit.semantic.batcher import MicroBatcher, on_event_loop
+from cachekit.semantic.batcher import MicroBatcher
 from cachekit.semantic.entries import EntryTable, SemanticEntry, entry_bytes, entry_id
 from cachekit.semantic.policy import HitPolicy
 from cachekit.semantic.replication import (
@@ -50,12 +50,7 @@ from cachekit.semantic.replication import (
 )
 from cachekit.semantic.snapshots import read_snapshot, write_snapshot
 from cachekit.semantic.tier_counters import TierCounters, ms
-from cachekit.serialization import (
-    Envelope,
-    SerializationError,
-    decode_envelope,
-    encode_envelope,
-)
+from cachekit.serialization import Envelope, SerializationError, decode_envelope, encode_envelope
 from cachekit.telemetry import LatencyHistogram
 
 if TYPE_CHECKING:
@@ -217,12 +212,9 @@ class SemanticTier(TierCounters):
         self.start()
         if self.batcher is None:
             return self.search_batch([(scope, text)])[0]
-        if on_event_loop():
-            # A sync function called from async code blocks its loop anyway; the worker runs it.
-            return self.batcher.submit((scope, text)).result()
-        # A lone caller that finds the batcher idle runs its batch in its own thread (no hand-off
-        # to the worker); callers that arrive meanwhile still share the next batch.
-        return self.batcher.call((scope, text))
+        # A lone caller that finds the batcher idle runs its batch in its own thread; callers that
+        # arrive meanwhile share the next batch. On an event loop (blocked anyway) the worker runs.
+        return self.batcher.call((scope, text), block_loop=True)
 
     def search_batch(self, requests: Sequence[tuple[str, str]]) -> list[Match]:
         """Embed every text in one call and search each scope once. Results in request order."""
@@ -230,8 +222,8 @@ class SemanticTier(TierCounters):
             self.replication.await_first_build()
         now = self.engine.clock()
         self.purge_expired(now)
-        if not requests:
-            return []
+        if len(requests) <= 1:
+            return [self._search_one(requests, now)] if requests else []
         with self._lock:
             scopes = {scope for scope, _ in requests if scope in self._indexes}
         if not scopes:
@@ -257,6 +249,15 @@ class SemanticTier(TierCounters):
             queries = vecs if rows == everything else vecs[rows]
             self._search_scope(requests, scope, idxs, queries, out, now, version)
         return out
+
+    def _search_one(self, requests: Sequence[tuple[str, str]], now: float) -> Match:
+        """A batch of one (a lone lookup): :meth:`search_batch` without its grouping."""
+        scope, text = requests[0]
+        out = [Match(None, None)]
+        if scope in self._indexes:  # else nothing is stored there: no point embedding
+            version = self.engine.version
+            self._search_scope(requests, scope, [0], self.embed([text]), out, now, version)
+        return out[0]
 
     def _search_scope(
         self,
@@ -285,10 +286,9 @@ class SemanticTier(TierCounters):
         self, text: str, scope: str, scores: np.ndarray, ids: np.ndarray, now: float, version: int
     ) -> Match:
         live: list[tuple[float, SemanticEntry]] = []
-        for score, id_ in zip(scores.tolist(), ids.tolist(), strict=True):
-            if id_ == -1:
-                break
-            entry = self._entries.get(id_)
+        # Padding (-1) is never an entry's id: it finds None, like an entry removed since.
+        found = self._entries.get_many(ids.tolist())
+        for score, entry in zip(scores.tolist(), found, strict=True):
             if entry is None or entry.scope != scope or not entry.live(now, version):
                 continue  # removed since the search, or expired and not yet purged
             live.append((score, entry))

@@ -165,9 +165,12 @@ class MemoryStore(Generic[V]):
         # Lock-free read. LRUCache.__getitem__ mutates nothing but the recency order, through
         # OrderedDict.move_to_end, which is a single atomic C call; a writer racing with us can
         # only make it raise KeyError, which reads as a miss. Writers hold the lock.
+        data = self._data
+        if key not in data:  # a miss without raising: lookups that go on to L2 or a search
+            return None
         try:
-            item = self._data[key]
-        except KeyError:  # absent, or removed under us
+            item = data[key]
+        except KeyError:  # removed under us
             return None
         if item.expires <= self.clock():
             return None
