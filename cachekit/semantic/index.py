@@ -443,17 +443,14 @@ class FaissIndex:
             _check_finite(queries, "query vectors")
         # One thread for small batches: waking an OpenMP team costs more than the search. A
         # single query never wakes one (faiss parallelises over queries).
-        omp = _OmpThreads(1) if 1 < m <= _SMALL_BATCH else None
         lock = self._lock
         lock.acquire_read()
         try:
-            if omp is not None:
-                omp.__enter__()
-            try:
+            if 1 < m <= _SMALL_BATCH:
+                with _OmpThreads(1):
+                    dist, found, k_eff = self._search_locked(queries, k)
+            else:
                 dist, found, k_eff = self._search_locked(queries, k)
-            finally:
-                if omp is not None:
-                    omp.__exit__()
         finally:
             lock.release_read()
         if m == 1:
@@ -620,23 +617,20 @@ _SMALL_BATCH = 64
 
 class _OmpThreads:
     """Run FAISS with ``n`` OpenMP threads in the calling thread only (OpenMP thread counts are
-    per thread), restoring the previous count afterwards; ``None`` leaves it alone. A class, not
-    a generator: it is entered on every search."""
+    per thread), restoring the previous count afterwards."""
 
     __slots__ = ("n", "previous")
 
-    def __init__(self, n: int | None) -> None:
+    def __init__(self, n: int) -> None:
         self.n = n
         self.previous = 0
 
     def __enter__(self) -> None:
-        if self.n is not None:
-            self.previous = faiss.omp_get_max_threads()
-            faiss.omp_set_num_threads(self.n)
+        self.previous = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(self.n)
 
     def __exit__(self, *exc: object) -> None:
-        if self.n is not None:
-            faiss.omp_set_num_threads(self.previous)
+        faiss.omp_set_num_threads(self.previous)
 
 
 def _check_finite(arr: np.ndarray, what: str) -> None:
