@@ -49,6 +49,10 @@ class CachedEmbedder:
     single batch, and a text already being embedded by another thread is waited for rather than
     encoded again. ``hits`` counts texts served without calling ``inner`` (including repeats
     within one batch); ``misses`` counts texts passed to ``inner``.
+
+    The cache holds read-only copies of its own; what :meth:`embed` returns is the caller's to
+    change. When every text of a call is a distinct miss, that is the inner embedder's result
+    itself (as float32), with no further copy.
     """
 
     def __init__(

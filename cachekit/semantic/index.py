@@ -118,7 +118,8 @@ def _resolve_device(device: str) -> Literal["cpu", "cuda"]:
 
 
 def _flat_vectors(index: Any, dim: int) -> np.ndarray:
-    """A copy of every vector stored in a flat (or HNSW-flat) index, in storage order."""
+    """A copy of every vector stored in a flat or HNSW index, in storage order (from the graph,
+    rounded to float16 as it stores them)."""
     n = index.ntotal
     if n == 0:
         return np.empty((0, dim), dtype=np.float32)
@@ -355,7 +356,7 @@ class FaissIndex:
 
     def _install(self, graph: HnswGraph) -> None:
         self._graph = graph
-        # The exact copy is dropped: HNSW-flat keeps its own vectors for reconstruct/rebuild.
+        # The exact copy is dropped: the graph keeps its own (float16) vectors for rebuilds.
         self._flat = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         self._invalidate()
 

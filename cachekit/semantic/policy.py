@@ -189,15 +189,14 @@ class ThresholdPolicy:
         if not candidates:
             return MISS
         first = candidates[0]
-        if first.similarity < self.threshold - self.number_bonus:
-            # Best first, so none reaches the floor (most misses): no candidate needs a look.
+        if first.similarity < self.floor:
+            # Best first, so none reaches the floor (most misses): no candidate, and no text,
+            # needs a look.
             return below_threshold(first.similarity, self.threshold)
         for i, c in enumerate(candidates):
             if self.accept(c.similarity, query, c.text):
                 return Decision(serve=i)
-        # below the floor no bar is met: the texts need not be read to say so
-        bar = self.bar(query, first.text) if first.similarity >= self.floor else self.threshold
-        return below_threshold(first.similarity, bar)
+        return below_threshold(first.similarity, self.bar(query, first.text))
 
     def observe(self, query: str, candidate: Candidate, correct: bool) -> None:
         """A static threshold learns nothing (the tier still demotes refuted entries)."""
