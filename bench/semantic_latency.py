@@ -26,6 +26,12 @@ searched once): what a cold CPU cache costs the lookup's search.
 ``--split`` also times each lookup's own work before its forward pass and after it (the tier's
 embedder wrapped in a timer: two clock reads per embedding, which the lookup then pays).
 
+``--layers`` (implies ``--split``) then, at each size, times the own work of four nested calls in
+one interleaved loop, each on its own novel queries: ``lookup`` (the decorated function: key,
+exact read, semantic tier), ``tier.batcher.call`` (the tier through its micro-batcher),
+``tier.search_batch`` (the tier alone: embedding cache, search, decision) and the embedder then
+``index.search`` with nothing else. The differences between them are what each layer adds.
+
 ``--guard-cost`` instead times what the slot guard adds to a lookup that hits: two semantic
 functions hold the pair file's cached texts, the default policy and the same threshold with no
 slot work at all (``guard=None, number_bonus=0``), both embedding from a table of the real
@@ -207,6 +213,47 @@ def guard_cost(path: Path, embedder: Any, cold: bool) -> None:
         f.cache.close()
 
 
+LAYERS = ("lookup", "batcher.call", "search_batch", "embed+search")
+
+
+def own_work_by_layer(
+    answer: Any, scope: str, timer: EmbedTimer, texts: list[str], warmup: int
+) -> None:
+    """``--layers``: the own work (before and after the forward pass) of four nested calls,
+    interleaved, each query novel and used once; prints p50s and what each layer adds."""
+    tier = answer.tier
+    index, k = tier_index(answer, scope), tier.candidates
+    per = len(texts) // len(LAYERS)
+    own: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in LAYERS}
+    for i in range(per):
+        for j in range(len(LAYERS)):
+            name = LAYERS[(i + j) % len(LAYERS)]
+            text = texts[LAYERS.index(name) * per + i]
+            t = time.perf_counter()
+            if name == "lookup":
+                answer.lookup(text, model=SCOPE_MODEL)
+            elif name == "batcher.call":
+                tier.batcher.call((scope, text))
+            elif name == "search_batch":
+                tier.search_batch([(scope, text)])
+            else:
+                index.search(timer.embed([text]), k)
+            t_end = time.perf_counter()
+            if i >= warmup:
+                own[name][0].append((timer.started - t) * 1e3)
+                own[name][1].append((t_end - timer.ended) * 1e3)
+    print(f"  own work by layer ({per - warmup} queries each), p50 before / after the pass:")
+    totals = []
+    for name in LAYERS:
+        before, after = (statistics.median(x) for x in own[name])
+        totals.append(before + after)
+        print(f"    {name:13s} {before:.3f} / {after:.3f} ms (sum {before + after:.3f} ms)")
+    adds = ", ".join(
+        f"{LAYERS[i]} {totals[i] - totals[i + 1]:+.3f}" for i in range(len(LAYERS) - 1)
+    )
+    print(f"    each layer adds over the next (sums of p50s): {adds} ms")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pairs", type=Path, help="pair file whose texts are used (query, cached)")
@@ -234,6 +281,11 @@ def main() -> None:
         "embedder is then wrapped in a timer, two clock reads per embedding)",
     )
     p.add_argument(
+        "--layers",
+        action="store_true",
+        help="also time the own work of each layer of a lookup (implies --split)",
+    )
+    p.add_argument(
         "--torch-threads",
         type=int,
         default=None,
@@ -242,6 +294,7 @@ def main() -> None:
         "baseline at its uncontended speed, the harder baseline",
     )
     args = p.parse_args()
+    args.split = args.split or args.layers
     if args.guard_cost:
         guard_cost(args.pairs, SentenceTransformerEmbedder(backend="onnx").load(), args.cold)
         return
@@ -262,7 +315,7 @@ def main() -> None:
     cached, novel = load_texts(args.pairs)
     cached = cached[: args.real]
     rng.shuffle(novel)
-    need = 2 * len(sizes) * (args.queries + args.warmup)
+    need = (6 if args.layers else 2) * len(sizes) * (args.queries + args.warmup)
     if need > len(novel):
         raise SystemExit(f"{need} novel queries needed, the pair file has {len(novel)}")
 
@@ -444,6 +497,10 @@ def main() -> None:
             f"  search right after the query's forward pass p50 {cold_p50:.3f} ms | right after "
             f"another query's search p50 {warm_p50:.3f} ms ({cold_p50 / warm_p50:.2f}x)"
         )
+        if args.layers and timer is not None:
+            layer_texts = novel[cursor : cursor + 4 * count]
+            cursor += 4 * count
+            own_work_by_layer(answer, scope, timer, layer_texts, args.warmup)
 
     stats = {k: v for k, v in cache.stats().extra.items() if str(k).startswith("semantic:")}
     print(f"\n# tier telemetry: {stats}")
