@@ -295,6 +295,8 @@ def main() -> None:
     )
     args = p.parse_args()
     args.split = args.split or args.layers
+    if args.layers and args.batching == "off":
+        p.error("--layers times the micro-batcher's call: it needs --batching on")
     if args.guard_cost:
         guard_cost(args.pairs, SentenceTransformerEmbedder(backend="onnx").load(), args.cold)
         return
