@@ -295,6 +295,8 @@ def main() -> None:
     )
     args = p.parse_args()
     args.split = args.split or args.layers
+    if args.queries < 1 or args.warmup < 0:
+        p.error(f"--queries must be >= 1 and --warmup >= 0, got {args.queries}, {args.warmup}")
     if args.layers and args.batching == "off":
         p.error("--layers times the micro-batcher's call: it needs --batching on")
     if args.guard_cost:
