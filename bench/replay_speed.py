@@ -18,6 +18,8 @@ Examples::
         ../shared/data/replay_dev.output.jsonl --rounds 3
     python bench/replay_speed.py ../shared/data/replay_dev.input.jsonl \\
         ../shared/data/replay_dev.output.jsonl --copies 20 --rounds 1
+    python bench/replay_speed.py ../shared/data/replay_dev.input.jsonl \\
+        ../shared/data/replay_dev.output.jsonl --device cuda   # the torch embedder on a GPU
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ def main() -> int:
         default=0,
         help="also time a sweep of this many points (once, after the rounds)",
     )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="the embedder's device: cpu (default) or cuda (the torch backend there)",
+    )
     args = ap.parse_args()
     print(f"# {shlex.join(sys.argv)}")
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
@@ -101,7 +108,10 @@ def main() -> int:
         if args.copies > 1:
             inp, out = synthesize(inp, out, args.copies, Path(tmp))
         texts = distinct_texts(inp, out)
-        embedder = SentenceTransformerEmbedder().load()
+        if args.device == "cpu":
+            embedder = SentenceTransformerEmbedder().load()
+        else:
+            embedder = SentenceTransformerEmbedder(backend="torch", device=args.device).load()
         embedder.embed(texts[:64])  # warm-up: first calls allocate
         rss_loaded = max_rss_mib()
         print(
