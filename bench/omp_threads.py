@@ -22,6 +22,20 @@ import time
 import faiss
 import numpy as np
 
+#: Query vectors drawn once; a batch is a slice of them.
+QUERIES = 4096
+
+
+def positive_ints(p: argparse.ArgumentParser, flag: str, text: str, most: int) -> list[int]:
+    """A comma-separated list of ints in [1, most], or exit with an argparse error."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        p.error(f"{flag} must be comma-separated integers, got {text!r}")
+    if not values or not all(1 <= v <= most for v in values):
+        p.error(f"{flag} values must be between 1 and {most}, got {text!r}")
+    return values
+
 
 def build(n: int, dim: int, rng: np.random.Generator) -> tuple[object, np.ndarray]:
     centres = rng.standard_normal((1440, dim)).astype(np.float32)
@@ -39,7 +53,7 @@ def build(n: int, dim: int, rng: np.random.Generator) -> tuple[object, np.ndarra
     index.add(x)
     print(f"# built {n:,} vectors in {time.perf_counter() - t0:.1f} s")
     index.hnsw.efSearch = 64
-    q = x[rng.integers(0, n, 4096)]
+    q = x[rng.integers(0, n, QUERIES)]
     q += np.float32(0.02) * rng.standard_normal(q.shape, dtype=np.float32)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     return index, q
@@ -54,10 +68,10 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=25, help="searches per cell (p50 printed)")
     p.add_argument("--seconds", type=float, default=60.0, help="stop after this long")
     args = p.parse_args()
-    if args.n < 1 or args.reps < 1:
-        p.error("--n and --reps must be at least 1")
-    batches = [int(b) for b in args.batches.split(",")]
-    threads = [int(t) for t in args.threads.split(",")]
+    if args.n < 1 or args.reps < 1 or args.dim < 1:
+        p.error("--n, --dim and --reps must be at least 1")
+    batches = positive_ints(p, "--batches", args.batches, QUERIES)
+    threads = positive_ints(p, "--threads", args.threads, 1024)
     cpus, omp = os.cpu_count(), faiss.omp_get_max_threads()
     print(f"# {cpus} cpus, faiss {faiss.__version__}, omp max {omp}")
     index, q = build(args.n, args.dim, np.random.default_rng(0))
@@ -70,7 +84,7 @@ def main() -> None:
             faiss.omp_set_num_threads(t)
             ms = []
             for r in range(args.reps):
-                start = (r * m) % max(1, len(q) - m)
+                start = (r * m) % (len(q) - m + 1)
                 t0 = time.perf_counter()
                 index.search(q[start : start + m], 5)  # type: ignore[attr-defined]
                 ms.append((time.perf_counter() - t0) * 1e3)

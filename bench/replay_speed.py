@@ -97,9 +97,11 @@ def main() -> int:
     ap.add_argument(
         "--device",
         default="cpu",
-        help="the embedder's device: cpu (default) or cuda (the torch backend there)",
+        help="the embedder's device: cpu (default), cuda or cuda:N (the torch backend there)",
     )
     args = ap.parse_args()
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        ap.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
     print(f"# {shlex.join(sys.argv)}")
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
 
