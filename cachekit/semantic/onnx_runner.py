@@ -1,17 +1,17 @@
-"""The per-call path of an ONNX sentence-transformers model, without sentence-transformers.
+"""The per-call path of a mean-pooled text encoder in ONNX Runtime: tokenizer, one
+``session.run`` per sub-batch, mean pooling and L2 normalisation in numpy.
 
-:class:`OnnxRunner` takes the fast tokenizer and the ONNX Runtime session of a loaded
-``SentenceTransformer`` (Transformer -> mean Pooling [-> Normalize]) and computes the same
-vectors with the tokenizer, one ``session.run`` per sub-batch, and mean pooling plus L2
-normalisation in numpy: no torch tensors, feature dicts or module dispatch per call.
-Loading and exporting stay with sentence-transformers; :meth:`OnnxRunner.from_model` returns
-``None`` for any model it cannot reproduce exactly, and the caller keeps ``model.encode``.
+:class:`OnnxRunner` computes the vectors ``SentenceTransformer.encode`` computes for a
+Transformer -> mean Pooling [-> Normalize] model (to ~1e-7), with the model's own
+``tokenizer.json`` (through ``tokenizers``) and no torch. :func:`onnx_session` opens the model:
+an ONNX file, or the graph :func:`~cachekit.semantic.bert_graph.build_bert_graph` builds from
+the weights.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,9 +21,7 @@ if TYPE_CHECKING:
 
     FloatMatrix = npt.NDArray[np.float32]
 
-__all__ = ["OnnxRunner"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["OnnxRunner", "onnx_session", "session_options"]
 
 _KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 _HIDDEN_OUTPUT = "last_hidden_state"
@@ -50,17 +48,22 @@ class OnnxRunner:
         self._batch_size = batch_size
 
     @classmethod
-    def from_model(cls, model: Any, batch_size: int) -> OnnxRunner | None:
-        """A runner for a loaded ONNX ``SentenceTransformer``, or ``None`` when its modules are
-        not exactly Transformer (ONNX, fast tokenizer) -> mean Pooling [-> Normalize]."""
-        why = _unsupported(model)
-        if why is not None:
-            logger.debug("ONNX fast path off for this model: %s", why)
-            return None
-        hf_tokenizer = model[0].tokenizer
-        tokenizer = _tokenizer_copy(hf_tokenizer.backend_tokenizer, int(model.max_seq_length))
-        session = model[0].auto_model.session
-        return cls(tokenizer, session, pad_id=int(hf_tokenizer.pad_token_id), batch_size=batch_size)
+    def from_folder(
+        cls, folder: Path, session: Any, *, max_seq_length: int, batch_size: int
+    ) -> OnnxRunner:
+        """A runner of ``session`` with the ``tokenizer.json`` in ``folder``, truncating at
+        ``max_seq_length`` tokens."""
+        from tokenizers import Tokenizer
+
+        tokenizer = _tokenizer_copy(
+            Tokenizer.from_file(str(folder / "tokenizer.json")), max_seq_length
+        )
+        return cls(tokenizer, session, pad_id=_pad_id(tokenizer), batch_size=batch_size)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` in use (truncating, not padding)."""
+        return self._tokenizer
 
     def encode(self, texts: Sequence[str]) -> FloatMatrix:
         """L2-normalised float32 embeddings, one row per text, in input order."""
@@ -89,36 +92,43 @@ class OnnxRunner:
         return _mean_pool_normalised(np.asarray(hidden, dtype=np.float32), mask)
 
 
-def _unsupported(model: Any) -> str | None:
-    """Why ``model`` cannot take the fast path, or ``None`` when it can."""
-    # The module path of the pinned sentence-transformers 5.7 (`.models` is deprecated there).
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+def session_options(num_threads: int) -> Any:
+    """ONNX Runtime options for an encoder sharing its machine: ``num_threads`` intra-op
+    threads that sleep when idle, one inter-op thread, sequential execution."""
+    import onnxruntime as ort
 
-    modules = list(model)
-    if len(modules) not in (2, 3) or not isinstance(modules[0], Transformer):
-        return "modules are not Transformer -> Pooling [-> Normalize]"
-    if len(modules) == 3 and not isinstance(modules[2], Normalize):
-        return "third module is not Normalize"
-    pooling = modules[1]
-    if not isinstance(pooling, Pooling) or pooling.pooling_mode not in ("mean", ("mean",)):
-        return "pooling is not plain mean pooling"
-    if getattr(model, "default_prompt_name", None):
-        return "model has a default prompt"
-    if not isinstance(getattr(model, "max_seq_length", None), int):
-        return "model has no max_seq_length"
-    tokenizer = getattr(modules[0], "tokenizer", None)
-    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
-        return "no fast tokenizer"
-    if tokenizer.pad_token_id is None:
-        return "tokenizer has no padding token"
-    return _session_unsupported(getattr(modules[0].auto_model, "session", None))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    # One encoder graph has no independent branches worth a second pool.
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Idle ORT workers otherwise busy-wait between calls, taking the cores faiss and the caller
+    # need; on 2 shared cores that tripled single-text latency.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def onnx_session(model: bytes | Path, options: Any, device: str = "cpu") -> Any:
+    """An ``InferenceSession`` of ``model`` (serialized bytes or a file) on ``device``
+    (``cpu``, or ``cuda[:N]`` with onnxruntime-gpu), checked to take the known inputs and give
+    ``last_hidden_state``."""
+    import onnxruntime as ort
+
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device.startswith("cuda"):
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeError("device='cuda' needs onnxruntime-gpu (CUDAExecutionProvider)")
+        index = int(device.partition(":")[2] or 0)
+        providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, options, providers=providers)
+    why = _session_unsupported(session)
+    if why is not None:
+        raise ValueError(f"the ONNX model cannot be run as a text encoder: {why}")
+    return session
 
 
 def _session_unsupported(session: Any) -> str | None:
-    import onnxruntime as ort
-
-    if not isinstance(session, ort.InferenceSession):
-        return "no ONNX Runtime session"
     inputs = {i.name for i in session.get_inputs()}
     if not inputs <= _KNOWN_INPUTS or "input_ids" not in inputs:
         return f"unexpected ONNX inputs {sorted(inputs)}"
@@ -127,15 +137,23 @@ def _session_unsupported(session: Any) -> str | None:
     return None
 
 
-def _tokenizer_copy(backend_tokenizer: Any, max_length: int) -> Any:
-    """A private copy of a ``tokenizers.Tokenizer``: truncation at the model's max_seq_length,
-    padding done per sub-batch by :func:`_padded` (tokenizer.json may fix both at 128)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_str(backend_tokenizer.to_str())
+def _tokenizer_copy(tokenizer: Any, max_length: int) -> Any:
+    """``tokenizer`` set to truncate at the model's max_seq_length and not to pad: padding is
+    done per sub-batch by :func:`_padded` (MiniLM's tokenizer.json fixes both at 128, while the
+    model reads 256 tokens)."""
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
     return tokenizer
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """The padding token's id: from the tokenizer's padding settings as shipped, else
+    ``[PAD]``'s, else 0 (a padded position is masked out of attention and pooling anyway)."""
+    for token in ("[PAD]", "<pad>"):
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+    return 0
 
 
 def _padded(encodings: list[Any], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
