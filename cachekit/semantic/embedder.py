@@ -18,7 +18,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -317,15 +318,16 @@ class SentenceTransformerEmbedder:
             # Per-channel scales keep the cosine to fp32 near 0.99 (per tensor: 0.91-0.98 on
             # short texts); without VNNI, u8 x s8 products can saturate, so u8 weights there.
             weights = QuantType.QInt8 if config in ("avx512_vnni", "arm64") else QuantType.QUInt8
-            quantize_dynamic(
-                model,
-                tmp / final.name,
-                op_types_to_quantize=["MatMul"],
-                per_channel=True,
-                weight_type=weights,
-                # Shape inference cannot type the outputs of onnxruntime's own operators.
-                extra_options={"DefaultTensorType": TensorProto.FLOAT},
-            )
+            with _without_preprocessing_advice():
+                quantize_dynamic(
+                    model,
+                    tmp / final.name,
+                    op_types_to_quantize=["MatMul"],
+                    per_channel=True,
+                    weight_type=weights,
+                    # Shape inference cannot type the outputs of onnxruntime's own operators.
+                    extra_options={"DefaultTensorType": TensorProto.FLOAT},
+                )
             os.replace(tmp / final.name, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -381,6 +383,28 @@ class SentenceTransformerEmbedder:
             f"SentenceTransformerEmbedder(name={self.name!r}, device={self._device!r}, "
             f"loaded={self.loaded})"
         )
+
+
+@contextmanager
+def _without_preprocessing_advice() -> Iterator[None]:
+    """Drop the quantizer's advice to pre-process the model (logged on the root logger, about
+    its shape inference, which cannot type onnxruntime's own operators anyway)."""
+    advice = _DropMessage("Please consider to run pre-processing")
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
 
 
 def _check_args(

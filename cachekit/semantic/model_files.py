@@ -37,7 +37,7 @@ __all__ = [
     "display_name",
     "read_layout",
     "resolve_model",
-    "weights_fingerprint",
+    "model_fingerprint",
 ]
 
 ENV_VAR = "CACHEKIT_MODEL"
@@ -52,9 +52,9 @@ HUB_FILES = (
     "1_Pooling/*",
     "2_Normalize/*",
 )
-#: sha256[:16] of all-MiniLM-L6-v2's model.safetensors: a folder with these weights is named
-#: like the default model, so its entries are shared with processes that load it otherwise.
-DEFAULT_WEIGHTS_FINGERPRINT = "53aa51172d142c89"
+#: :func:`model_fingerprint` of all-MiniLM-L6-v2: a folder holding that model is named like the
+#: default model, so its entries are shared with processes that load it from elsewhere.
+DEFAULT_FINGERPRINT = "9d4c6b4a3278795c"
 
 
 _PLAIN = ["Transformer", "Pooling"]
@@ -110,14 +110,16 @@ def display_name(model: str | Path | None) -> str:
     if ref is None:
         return DEFAULT_MODEL_NAME
     path = Path(ref).expanduser()
-    if path.is_dir() and weights_fingerprint(path) == DEFAULT_WEIGHTS_FINGERPRINT:
+    if path.is_dir() and model_fingerprint(path) == DEFAULT_FINGERPRINT:
         return DEFAULT_MODEL_NAME
     stripped = ref.rstrip("/\\")
     return Path(stripped).name or stripped
 
 
-def weights_fingerprint(folder: Path) -> str | None:
-    """sha256[:16] of the folder's ``model.safetensors``, or ``None`` when it has none."""
+def model_fingerprint(folder: Path) -> str | None:
+    """sha256[:16] of what decides the folder's vectors, besides the tokenizer: the weights
+    (``model.safetensors``), the module list, the pooling and the window. ``None`` when the
+    folder has no safetensors weights."""
     weights = folder / "model.safetensors"
     if not weights.is_file():
         return None
@@ -125,6 +127,13 @@ def weights_fingerprint(folder: Path) -> str | None:
     with open(weights, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
+    modules = _json(folder / "modules.json", default=[])
+    settings = {
+        "modules": [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules],
+        "pooling": _json(folder / "1_Pooling" / "config.json"),
+        "window": _json(folder / "sentence_bert_config.json").get("max_seq_length"),
+    }
+    digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()[:16]
 
 

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -160,6 +160,14 @@ class Replication:
         self.invalid_stats = 0
         self.lost_log = 0
         self.missing_found = 0
+        #: Called on the sync thread after each rebuild from the store, once the local index
+        #: holds the new snapshot, with why it was rebuilt: ``"initial"`` (the first build),
+        #: ``"retry"`` (after a failed step), ``"lost"`` (log messages trimmed before they were
+        #: read), ``"generation"`` (the store lost its data) or ``"missing"`` (an entry held here
+        #: was gone from the store). For tests and monitoring that wait for a rebuild itself
+        #: rather than for a counter that may already have moved; an exception it raises is
+        #: logged and ignored.
+        self.on_rebuild: Callable[[str], None] | None = None
         if store.shares_records:
             tier.arbiter.on_verdict = self.share_verdict
             tier.arbiter.on_label = self.share_label
@@ -414,7 +422,7 @@ class Replication:
         """Build (when ``last`` is None) or follow the log once. Returns the cursor to go on
         from, or None to rebuild after a backoff (a failure)."""
         if last is None:
-            return self._rebuild()
+            return self._rebuild("retry" if self.ready.is_set() else "initial")
         read = self._read_log(last)
         if read is None:
             return None
@@ -422,23 +430,38 @@ class Replication:
             # The store lost this tier's data (restart, flush) or messages were trimmed
             # before they were read: rebuild at once.
             self.lost_log += read.lost
-            return self._rebuild()
+            return self._rebuild("generation" if read.generation != self._gen else "lost")
         if read.messages and not self._apply_log(read.messages):
             return None
         self._share_served()
         self.tier.purge_expired()
         if self._check_presence():
-            return self._rebuild()
+            return self._rebuild("missing")
         return read.cursor
 
-    def _rebuild(self) -> bytes | None:
+    def _rebuild(self, reason: str) -> bytes | None:
+        """Rebuild from a new snapshot for ``reason`` (see :attr:`on_rebuild`); the cursor to
+        follow the log from, or None when the store failed."""
         if self._stop.is_set():
             return None
         cursor = self._resync()
-        if cursor is not None and not self.ready.is_set():
+        if cursor is None:
+            return None
+        if not self.ready.is_set():
             self.ready.set()
             self.tier.warm_index()
+        self._announce_rebuild(reason)
         return cursor
+
+    def _announce_rebuild(self, reason: str) -> None:
+        """Call :attr:`on_rebuild`; its failure must not make the sync thread rebuild again."""
+        hook = self.on_rebuild
+        if hook is None:
+            return
+        try:
+            hook(reason)
+        except Exception:
+            log.warning("on_rebuild hook of %s failed", self.tier.name, exc_info=True)
 
     def _read_log(self, cursor: bytes) -> LogRead | None:
         """One read of the log: blocking on the store's own connection when it can follow
