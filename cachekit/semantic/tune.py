@@ -654,7 +654,7 @@ def run_tune(
         if onnx:
             for quantize in (None, "int8"):
                 emb = load_embedder(out, backend="onnx", quantize=quantize).load()
-                print(f"ONNX export ready: {emb.name} ({emb.onnx_export_dir})")
+                print(f"ONNX ready: {emb.name} ({emb.model_folder})")
         if verifier:
             from cachekit.semantic.verifier import train_verifier
 
