@@ -20,7 +20,11 @@ class BackgroundRefresh:
     """Refreshes run once per token at a time: in a pool of ``workers`` threads, or as a task
     of the running loop. A failure is logged and the old value stays. ``on_done(ok)`` counts
     each one; after :meth:`close` no refresh starts, and one that ran past it calls
-    ``after_close`` when it ends (it may have reopened connections the close released)."""
+    ``after_close`` when it ends (it may have reopened connections the close released).
+
+    A token is held from the start call until its refresh ends or can no longer run: a queued
+    refresh dropped by :meth:`close` (or a task cancelled before it began) releases it at once,
+    so :meth:`running` turns false once the refreshes already under way have ended."""
 
     def __init__(
         self,
@@ -32,7 +36,9 @@ class BackgroundRefresh:
         self._on_done = on_done
         self._after_close = after_close
         self._executor: ThreadPoolExecutor | None = None
+        #: Tokens of refreshes queued or under way; :attr:`_begun` those whose work began.
         self._running: set[Hashable] = set()
+        self._begun: set[Hashable] = set()
         self._closed = False
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -44,29 +50,36 @@ class BackgroundRefresh:
             self._running.add(token)
             return True
 
-    def _done(self, token: Hashable, ok: bool) -> None:
-        self._on_done(ok)
+    def _begin(self, token: Hashable) -> bool:
+        """Whether a queued refresh of ``token`` may run now: not after :meth:`close`, which
+        already released its token."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._begun.add(token)
+            return True
+
+    def _release(self, token: Hashable) -> None:
         with self._lock:
             self._running.discard(token)
+            self._begun.discard(token)
+
+    def _done(self, token: Hashable, ok: bool) -> None:
+        self._on_done(ok)
+        self._release(token)
         if self._closed:
             self._after_close()
 
     def start(self, token: Hashable, work: Callable[[], Any]) -> bool:
         """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way (or
         this is closed). True when it was started."""
-        if not self._claim(token):
+        executor = self._claim_executor(token)
+        if executor is None:
             return False
-        with self._lock:
-            if self._closed:  # closed since the claim: no executor after close()
-                self._running.discard(token)
-                return False
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self._workers, thread_name_prefix="cachekit-refresh"
-                )
-            executor = self._executor
 
         def run() -> None:
+            if not self._begin(token):
+                return
             ok = False
             try:
                 work()
@@ -76,15 +89,37 @@ class BackgroundRefresh:
             finally:
                 self._done(token, ok)
 
-        executor.submit(run)
+        try:
+            executor.submit(run)
+        except RuntimeError:  # closed between the claim and the submit: nothing will run
+            self._release(token)
+            return False
         return True
+
+    def _claim_executor(self, token: Hashable) -> ThreadPoolExecutor | None:
+        """The pool to run a refresh of ``token`` in, its token claimed; None when a refresh of
+        it is under way or this is closed."""
+        with self._lock:
+            if self._closed or token in self._running:
+                return None
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._workers, thread_name_prefix="cachekit-refresh"
+                )
+            self._running.add(token)
+            return self._executor
 
     def astart(self, token: Hashable, work: Callable[[], Awaitable[Any]]) -> bool:
         """The asyncio form of :meth:`start`: a task on the running loop."""
         if not self._claim(token):
             return False
+        begun = False
 
         async def run() -> None:
+            nonlocal begun
+            begun = self._begin(token)
+            if not begun:
+                return
             ok = False
             try:
                 await work()
@@ -94,19 +129,28 @@ class BackgroundRefresh:
             finally:
                 self._done(token, ok)
 
+        def ended(task: asyncio.Task[Any]) -> None:
+            self._tasks.discard(task)
+            if not begun:  # cancelled or dropped before it began: its token is free
+                self._release(token)
+
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(ended)
         return True
 
     def running(self) -> bool:
+        """Whether a refresh is queued or under way; after :meth:`close`, whether one that began
+        before it has yet to end (queued ones will never run)."""
         return bool(self._running)
 
     def close(self) -> None:
-        """No refresh starts from now on; queued ones are dropped, running ones finish."""
+        """No refresh starts from now on; queued ones are dropped (their tokens released),
+        running ones finish."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
+            self._running = set(self._begun)
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
 

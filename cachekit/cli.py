@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from cachekit import labels as labels_cli
 from cachekit._version import __version__
 from cachekit.extras import MissingExtraError, require_installed
 from cachekit.proxy import server as serve_cli
-from cachekit.proxy.config import load_embedder
+from cachekit.proxy.config import UPSTREAM_REQUIRED, load_embedder
 from cachekit.replay import cli as replay_cli
 
 
@@ -27,15 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the semantic tier (which loads the embedding model)",
     )
     replay_cli.add_parser(sub)
-    serve_cli.add_arguments(
-        sub.add_parser(
-            "serve", help="run the OpenAI-compatible caching proxy (needs the proxy extra)"
-        )
-    )
+    _add_serve(sub)
     _add_train_verifier(sub)
     _add_tune(sub)
     labels_cli.add_parser(sub)
     return parser
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``cachekit serve``; its settings' errors are reported with its own usage line."""
+    serve = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible caching proxy (needs the proxy extra)",
+        description="Run the OpenAI-compatible caching proxy. Options override the --config "
+        f"file's settings; {UPSTREAM_REQUIRED}.",
+    )
+    serve_cli.add_arguments(serve)
+    serve.set_defaults(usage_error=serve.error)
 
 
 def _add_train_verifier(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,7 +135,9 @@ def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also retrain the hit verifier on the tuned vectors (OUT/verifier.json)",
     )
     tu.add_argument(
-        "--onnx", action="store_true", help="also load the tuned model in ONNX Runtime once (fp32, and the int8 copy it writes)"
+        "--onnx",
+        action="store_true",
+        help="also load the tuned model in ONNX Runtime once (fp32, and the int8 copy it writes)",
     )
     tu.add_argument(
         "--recalibrate",
@@ -211,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             config = serve_cli.config_from_args(args)
         except (OSError, ValueError) as exc:
-            parser.error(str(exc))
+            usage_error: Callable[[str], NoReturn] = args.usage_error
+            usage_error(str(exc))  # exits 2 with the usage, as argparse's own errors do
         return _with_extras("serve", SERVE_NEEDS, lambda: serve_cli.serve(config))
     if args.command == "train-verifier":
         return _train_verifier(args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -14,15 +14,30 @@ from urllib.parse import urlsplit
 
 from cachekit.llm import LLMCacheConfig
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+__all__ = [
+    "ENV_VAR",
+    "NO_UPSTREAM",
+    "UPSTREAM_REQUIRED",
+    "ProxyConfig",
+    "base_url",
+    "check_upstream_url",
+    "load_embedder",
+]
 
-__all__ = ["ENV_VAR", "ProxyConfig", "base_url", "check_upstream_url", "load_embedder"]
-
-#: Environment variable carrying the settings to uvicorn worker processes.
+#: Environment variable carrying the settings to uvicorn worker processes (set by ``cachekit
+#: serve`` itself: not a way to give it settings).
 ENV_VAR = "CACHEKIT_SERVE_CONFIG"
+
+#: Where the upstream comes from, for ``cachekit serve --help``: the option or the config file
+#: (no environment variable sets it).
+UPSTREAM_REQUIRED = (
+    "--upstream is required unless the --config file sets upstream in its [proxy] table"
+)
+#: The error when neither gives an upstream, worded as argparse words a missing option.
+NO_UPSTREAM = (
+    "the following arguments are required: --upstream "
+    "(or upstream in the [proxy] table of the --config file)"
+)
 
 
 @dataclass
@@ -102,7 +117,10 @@ class ProxyConfig:
         return config
 
     def check(self) -> None:
+        """ValueError, naming the setting and its fix, for settings that cannot run a proxy."""
         p = self.proxy
+        if not p.upstream:
+            raise ValueError(NO_UPSTREAM)
         check_upstream_url(p.upstream)
         if min(p.max_body_bytes, p.max_answer_bytes, p.workers, p.stream_pieces) < 1:
             raise ValueError(

@@ -26,7 +26,12 @@ def _shared_scope(value: str) -> tuple[str, list[str]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``cachekit serve`` (each overrides the config file)."""
     a = parser.add_argument
-    a("--upstream", help="OpenAI-compatible server to forward to, e.g. https://api.openai.com")
+    a(
+        "--upstream",
+        metavar="URL",
+        help="required (unless the --config file's [proxy] table sets upstream): the "
+        "OpenAI-compatible server to forward to, e.g. https://api.openai.com",
+    )
     a("--host", help="address to listen on (default 127.0.0.1)")
     a("--port", type=int, help="port to listen on (default 8080)")
     redis = parser.add_mutually_exclusive_group()

@@ -164,7 +164,9 @@ class MemoryStore(Generic[V]):
     def get(self, key: Hashable) -> V | None:
         # Lock-free read. LRUCache.__getitem__ mutates nothing but the recency order, through
         # OrderedDict.move_to_end, which is a single atomic C call; a writer racing with us can
-        # only make it raise KeyError, which reads as a miss. Writers hold the lock.
+        # only make it raise KeyError, which reads as a miss. Writers hold the lock. (Before
+        # cachetools 7.2.6 a read that lost that race put the key back in the recency order
+        # without its data, and every later eviction raised: hence the dependency's floor.)
         data = self._data
         if key not in data:  # a miss without raising: lookups that go on to L2 or a search
             return None
