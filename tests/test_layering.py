@@ -53,6 +53,8 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.batcher": MECHANISMS,
     "cachekit.semantic.embedder": MECHANISMS,
     "cachekit.semantic.onnx_runner": MECHANISMS,
+    "cachekit.semantic.bert_graph": MECHANISMS,
+    "cachekit.semantic.model_files": MECHANISMS,
     "cachekit.semantic.hnsw": MECHANISMS,
     "cachekit.semantic.index": MECHANISMS,
     "cachekit.semantic.entries": MECHANISMS,
