@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -74,6 +75,7 @@ def tree_packages() -> dict[str, set[str]]:
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sdist, and the wheel built from it, as ``python -m build`` makes them (with this
     environment's setuptools: no download)."""
+    pytest.importorskip("build")  # a dev tool: not in a base install
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO_ROOT)],
@@ -113,3 +115,16 @@ def test_the_sdist_carries_docs_tests_and_license(dist: Path) -> None:
     missing = [path for path in tracked if path not in names]
     assert missing == []
     assert {"LICENSE", "README.md", "pyproject.toml", "setup.py", ".ci/smoke.py"} <= names
+
+
+def test_the_index_page_has_no_link_into_the_tree(dist: Path) -> None:
+    (wheel,) = dist.glob("cachekit_ml-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        page = zf.read(meta).decode()
+    description = page.split("\n\n", 1)[1]
+    targets = re.findall(r"\]\(([^)\s]*)\)", description)
+    assert [t for t in targets if not t.startswith(("https://", "http://"))] == []
+    assert "(`docs/semantic.md` in the sdist)" in description
+    assert "Content-Type: text/markdown" in page
+    assert "License-Expression: Apache-2.0" in page and "Requires-Python: >=3.11" in page
