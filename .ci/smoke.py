@@ -35,9 +35,14 @@ def check(ok: object, what: str) -> None:
     print(f"smoke: ok: {what}")
 
 
+def cli_path() -> str:
+    """The venv's ``cachekit`` console script, beside its interpreter."""
+    return str(Path(sys.executable).with_name("cachekit"))
+
+
 def cli(*argv: str, timeout: float = 300) -> str:
     out = subprocess.run(
-        [str(Path(sys.executable).with_name("cachekit")), *argv],
+        [cli_path(), *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -54,7 +59,8 @@ def base() -> None:
     where = Path(cachekit.__file__).resolve()
     check("site-packages" in where.parts, f"cachekit imported from the install ({where})")
     import cachekit.adapters
-    import cachekit.features  # noqa: F401  (the package the hand-written list once left out)
+
+    import cachekit.features
 
     cache = Cache(namespace="smoke")
     calls: list[int] = []
@@ -108,8 +114,7 @@ def proxy_round() -> None:
     with serving(FakeUpstream()) as upstream:
         port = free_port()
         server = subprocess.Popen(
-            [str(Path(sys.executable).with_name("cachekit")), "serve"]
-            + ["--upstream", upstream.url, "--port", str(port)],
+            [cli_path(), "serve", "--upstream", upstream.url, "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

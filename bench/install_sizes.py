@@ -7,7 +7,7 @@ Shapes are extras joined by ``+`` (``base`` for none); ``+weights`` adds the mod
 bring torch get the CPU build first (``--torch``), as the README says to do.
 
     python bench/install_sizes.py
-    python bench/install_sizes.py --shapes semantic,semantic+proxy --source ../old-checkout
+    python bench/install_sizes.py --shapes semantic,semantic+proxy --source OLD --torch-first
 
 Network and disk: each shape is a full pip install (from pip's cache after the first run).
 """
@@ -61,11 +61,13 @@ def build_wheel(source: Path, out: Path) -> Path:
     return wheel
 
 
-def measure(shape: str, wheel: Path, work: Path, torch_pin: str, empty: float) -> str:
+def measure(
+    shape: str, wheel: Path, work: Path, torch_pin: str, empty: float, torch_first: bool
+) -> str:
     parts = [p for p in shape.split("+") if p != "base"]
     extras = [p for p in parts if p != "weights"]
     python = venv(work / shape)
-    if TORCH_EXTRAS & set(extras):
+    if torch_first or TORCH_EXTRAS & set(extras):
         pip(python, torch_pin)
     pip(python, f"{wheel}[{','.join(extras)}]" if extras else str(wheel))
     if "weights" in parts:
@@ -82,6 +84,11 @@ def main() -> None:
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated, extras joined by +")
     p.add_argument("--source", type=Path, default=ROOT, help="the checkout to build")
     p.add_argument("--torch", default="torch==2.13.0", help="installed first where torch comes")
+    p.add_argument(
+        "--torch-first",
+        action="store_true",
+        help="install --torch first in every shape (a checkout whose extras bring torch)",
+    )
     args = p.parse_args()
     if not (args.source / "pyproject.toml").is_file():
         p.error(f"--source {args.source}: no pyproject.toml there")
@@ -97,7 +104,7 @@ def main() -> None:
         print(f"empty venv: {empty:.0f} MB (subtracted)")
         print("| shape | adds | distributions | torch / nvidia |\n|---|---|---|---|")
         for shape in shapes:
-            print(measure(shape, wheel, work, args.torch, empty), flush=True)
+            print(measure(shape, wheel, work, args.torch, empty, args.torch_first), flush=True)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ async def _slow_client(host: str, port: int, limit_s: float) -> float | None:
             try:
                 if await asyncio.wait_for(reader.read(1), 1.0) == b"":
                     return time.monotonic() - t0
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
         return None
     except ConnectionError:

@@ -40,7 +40,7 @@ class _Failed:
 FAILED: Final[Any] = _Failed()
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(Status.HIT))
     """The outcome of a lookup. A status, never ``None``: ``None`` can be a cached value."""
 
     HIT = "hit"

@@ -1,18 +1,27 @@
 """Shared fixtures. Redis fixtures start their own servers (never the one on :6379) and skip
-with a reason when the binaries are missing; see tests/redis_servers.py."""
+with a reason when the binaries or redis-py are missing; see tests/redis_servers.py.
+
+This module imports only what a base install has (the standard library, pytest and cachekit's
+own dependencies): the suite's exact-tier tests run without any extra (tests/base_install.txt
+lists them). The proxy's fixtures import FastAPI and openai inside their bodies for that reason.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
-from cachekit.proxy.testing import FakeUpstream, serving
+if TYPE_CHECKING:
+    import openai
+
+    from cachekit.proxy.testing import FakeUpstream
 
 sys.path.insert(0, str(Path(__file__).parent))  # so test modules can `import redis_servers`
 
@@ -35,6 +44,34 @@ _REDIS_FIXTURES = {
 }
 
 
+def _cachekit_dir() -> Path:
+    """Where the cachekit under test was imported from."""
+    import cachekit
+
+    return Path(cachekit.__file__).resolve().parent
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which cachekit runs: this checkout's sources or an installed copy."""
+    return f"cachekit from {_cachekit_dir()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``CACHEKIT_TEST_INSTALLED=1`` (CI's run of tests/base_install.txt against the built
+    wheel), refuse to test this checkout's sources instead: ``python -m pytest`` from the
+    repository root puts them first on ``sys.path``. The Python processes the tests start
+    (``python -c ...`` from the repository root) get ``PYTHONSAFEPATH=1`` for the same reason."""
+    if os.environ.get("CACHEKIT_TEST_INSTALLED") != "1":
+        return
+    where = _cachekit_dir()
+    if where == config.rootpath / "cachekit":
+        raise pytest.UsageError(
+            f"CACHEKIT_TEST_INSTALLED=1 but cachekit was imported from the checkout ({where}); "
+            "run the venv's pytest script, not python -m pytest"
+        )
+    os.environ["PYTHONSAFEPATH"] = "1"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Tests that use a Redis fixture get the markers automatically, so `-m "not redis"` and
     # `-m "not cluster"` select correctly without every test remembering to mark itself.
@@ -47,7 +84,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _skip_without_redis(cluster: bool = False) -> None:
+    """Skip the test unless it can start its servers and talk to them with redis-py (a base
+    install has no redis-py: the ``redis`` extra brings it)."""
     reason = missing_binaries_reason(cluster=cluster)
+    if reason is None and importlib.util.find_spec("redis") is None:
+        reason = "redis-py is not installed (the redis extra)"
     if reason is not None:
         pytest.skip(reason)
 
@@ -84,6 +125,7 @@ def redis_password_server() -> Iterator[RedisServer]:
 def redis_tls_server() -> Iterator[RedisServer]:
     """A started TLS-only server (``rediss://`` url) with a throwaway CA; pass
     ``server.client_kwargs`` (``ssl_ca_certs`` ...) to clients."""
+    _skip_without_redis()
     reason = tls_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -134,7 +176,9 @@ def closing() -> Iterator[Callable[[Any], Any]]:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
     """A fake OpenAI-compatible upstream over real HTTP, one per test module (a module may
-    define its own: test_proxy_poison does)."""
+    define its own: test_proxy_poison does). Imported here, not at the top: FastAPI is an extra."""
+    from cachekit.proxy.testing import FakeUpstream, serving
+
     with serving(FakeUpstream()) as fake:
         yield fake
 
@@ -147,7 +191,10 @@ def key() -> str:
 
 @pytest.fixture
 def client(proxy: Any, key: str) -> Iterator[openai.OpenAI]:
-    """The official openai client for the module's ``proxy`` fixture, with this test's key."""
+    """The official openai client for the module's ``proxy`` fixture, with this test's key.
+    Imported here, not at the top: openai is an extra."""
+    import openai
+
     c = openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, timeout=20.0)
     yield c
     c.close()

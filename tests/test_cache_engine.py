@@ -18,7 +18,6 @@ import pytest
 from redis_servers import RedisServer
 
 from cachekit import Cache, Status
-from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.storage.memory import MemoryTier
 from cachekit.testing import ManualClock, wait_until
 from cachekit.types import MISSED
@@ -301,7 +300,18 @@ def test_waiters_share_the_leaders_exception(mode: str) -> None:
 # ---------------------------------------------------------------------------- semantic
 
 
+def semantic_test_embedder() -> Any:
+    """A model-free embedder for the semantic tier; skips the test on an install without the
+    semantic extra (numpy and faiss), such as a base install."""
+    pytest.importorskip("numpy")
+    pytest.importorskip("faiss")
+    from cachekit.semantic.testing import DeterministicTestEmbedder
+
+    return DeterministicTestEmbedder()
+
+
 def test_semantic_concurrent_identical_calls_share_one_run(mode: str) -> None:
+    embedder = semantic_test_embedder()
     cache = Cache()
     gate = Gate()
     calls: list[str] = []
@@ -311,7 +321,7 @@ def test_semantic_concurrent_identical_calls_share_one_run(mode: str) -> None:
         gate.hold()
         return f"answer to {prompt}"
 
-    f = decorate(mode, cache.semantic(threshold=0.9, embedder=DeterministicTestEmbedder()), body)
+    f = decorate(mode, cache.semantic(threshold=0.9, embedder=embedder), body)
     try:
         outcomes = start_then_release(mode, f, STORED, 5, cache, gate)
         assert outcomes == [f"answer to {STORED}"] * 5
@@ -325,6 +335,7 @@ def test_semantic_concurrent_identical_calls_share_one_run(mode: str) -> None:
 
 
 def test_semantic_waiters_share_the_leaders_exception(mode: str) -> None:
+    embedder = semantic_test_embedder()
     cache = Cache()
     gate = Gate()
     calls: list[str] = []
@@ -334,7 +345,7 @@ def test_semantic_waiters_share_the_leaders_exception(mode: str) -> None:
         gate.hold()
         raise RuntimeError("upstream failed")
 
-    f = decorate(mode, cache.semantic(threshold=0.9, embedder=DeterministicTestEmbedder()), body)
+    f = decorate(mode, cache.semantic(threshold=0.9, embedder=embedder), body)
     try:
         outcomes = start_then_release(mode, f, STORED, 4, cache, gate)
         assert all(isinstance(o, RuntimeError) for o in outcomes)

@@ -58,7 +58,12 @@ def test_serve_takes_the_upstream_from_the_config_file(
     (tmp_path / "ck.toml").write_text('[proxy]\nupstream = "http://up.example:1"\n')
     served: list[Any] = []
     monkeypatch.setattr(cli, "SERVE_NEEDS", ())  # no server is started: the extra is not needed
-    monkeypatch.setattr(serve_cli, "serve", lambda config: served.append(config) or 0)
+
+    def serve(config: Any) -> int:
+        served.append(config)
+        return 0
+
+    monkeypatch.setattr(serve_cli, "serve", serve)
     code, _, err = run_main(["serve", "--config", str(tmp_path / "ck.toml")], capsys)
     assert code == 0, err
     assert [c.proxy.upstream for c in served] == ["http://up.example:1"]

@@ -16,7 +16,7 @@ def test_require_names_the_extra_and_the_command() -> None:
     message = str(info.value)
     assert "@cache.semantic" in message and "pip install 'cachekit-ml[semantic]'" in message
     assert "in a cachekit checkout, pip install -e '.[semantic]'" in message
-    assert "torch==2.13.0" in message
+    assert "torch" not in message  # the semantic extra brings no torch
     assert isinstance(info.value, ImportError)  # code catching ImportError keeps working
 
 

@@ -55,6 +55,7 @@ def test_reachable_server(redis_url: str, caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_bad_port_is_logged_once_with_cause_and_fix(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("redis")  # the redis extra: not in a base install
     caplog.set_level(logging.INFO, logger="cachekit")
     url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
     with Cache(redis_url=url, redis_timeout=0.2) as cache:

@@ -265,7 +265,9 @@ def test_search_rejects_bad_input(index: VectorIndex) -> None:
         index.search(unit_vectors(1), 0)
     one_inf = unit_vectors(1).copy()
     one_inf[0, 3] = np.inf
-    for bad in (one_inf, np.full((1, DIM), np.nan, np.float32), one_inf.astype(np.float64)):
+    bad_inputs: list[Any] = [one_inf, np.full((1, DIM), np.nan, np.float32)]
+    bad_inputs.append(one_inf.astype(np.float64))  # the wrong dtype too: checked, not cast
+    for bad in bad_inputs:
         with pytest.raises(ValueError, match="NaN or infinite"):
             index.search(bad, 1)
     index.search(np.full((1, DIM), 3e38, np.float32), 1)  # finite, however large: searched

@@ -10,7 +10,6 @@ import sys
 import uuid
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 from redis_servers import RedisServer
 
@@ -144,6 +143,8 @@ def test_bad_arguments_raise_a_clear_type_error() -> None:
 
 
 def test_numpy_dataclass_enum_keys() -> None:
+    np = pytest.importorskip("numpy")  # not in a base install
+
     @dataclasses.dataclass(frozen=True)
     class P:
         x: int

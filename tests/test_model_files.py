@@ -97,6 +97,10 @@ def test_layouts(tmp_path: Path) -> None:
         json.dumps({"default_prompt_name": "query"})
     )
     assert "prompt" in read_layout(prompted).why
+    for mode, ready in (("mean", True), ("cls", False), (["mean"], True), (["mean", "max"], False)):
+        newer = fake_model(tmp_path / f"newer-{mode}")  # sentence-transformers 5's format
+        (newer / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": mode}))
+        assert read_layout(newer).onnx_ready is ready, mode
     dense = fake_model(tmp_path / "dense")
     listed = json.loads((dense / "modules.json").read_text())
     listed.insert(2, {"path": "2_Dense", "type": "sentence_transformers.models.Dense"})

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from cachekit.protocols import AsyncStorageTier, Entry, StorageTier
-from cachekit.semantic.shared_store import SemanticStore
 from cachekit.storage.base import SharedTier, as_shared_tier
 from cachekit.storage.memory import MemoryTier
 
@@ -351,6 +350,8 @@ def test_invalidations_are_published_and_followed_or_not(
 def test_semantic_store_is_offered_or_none(tier: Any, key_prefix: str) -> None:
     store = tier.semantic_store(key_prefix + "sem")
     if offers(tier):
+        from cachekit.semantic.shared_store import SemanticStore  # numpy: not in a base install
+
         assert isinstance(store, SemanticStore) and store.shares_records
         store.close()
     else:

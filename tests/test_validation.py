@@ -101,6 +101,8 @@ def test_instance_dependent_methods_key_with_key_function() -> None:
 
 
 def test_semantic_methods_leave_the_receiver_out(closing: Any) -> None:
+    pytest.importorskip("numpy")  # the semantic extra: not in a base install
+    pytest.importorskip("faiss")
     from cachekit.semantic.testing import DeterministicTestEmbedder
 
     cache = Cache()

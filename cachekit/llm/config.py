@@ -4,7 +4,7 @@ config file)."""
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,11 +12,6 @@ from typing import Any
 
 from cachekit.llm.prices import PriceTable
 from cachekit.llm.tenants import TenantResolver
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["LLMCacheConfig"]
 

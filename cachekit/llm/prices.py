@@ -15,16 +15,11 @@ reported as unknown, never guessed.
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "PriceTable"]
 

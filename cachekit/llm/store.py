@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
@@ -27,12 +26,7 @@ from cachekit.sansio import Core, adrive, drive
 from cachekit.types import LookupResult
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
+    from typing import Unpack
 
 __all__ = [
     "CacheLookup",

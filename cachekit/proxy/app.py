@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import secrets
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -177,11 +176,10 @@ class Proxy:
                 raise too_large
         timeout = self.config.proxy.body_timeout
         try:
-            if _HAS_TIMEOUT:  # a deadline on this task: no second task on every request
-                async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
-                    return await body_within(request, limit, too_large)
-            return await asyncio.wait_for(body_within(request, limit, too_large), timeout)
-        except asyncio.TimeoutError:
+            # A deadline on this task: no second task on every request.
+            async with asyncio.timeout(timeout):
+                return await body_within(request, limit, too_large)
+        except TimeoutError:
             raise RequestError(
                 f"The request body did not arrive within {timeout:g} seconds.",
                 status=408,
@@ -574,7 +572,6 @@ def _hit_id(original: Any, endpoint: str) -> str:
     return f"{prefix}{sep}ck{secrets.token_hex(12)}"
 
 
-_HAS_TIMEOUT = sys.version_info >= (3, 11)
 #: The errors metric's reason for a request error's status (anything else: bad_request).
 _ERROR_REASON = {413: "too_large", 408: "body_timeout"}
 

@@ -134,7 +134,7 @@ def parse_timestamp(value: Any) -> float | None:
         except ValueError:
             return None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=_dt.timezone.utc)
+            parsed = parsed.replace(tzinfo=_dt.UTC)
         return parsed.timestamp()
     return None
 

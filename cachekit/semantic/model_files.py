@@ -35,9 +35,9 @@ __all__ = [
     "ModelNotFoundError",
     "ResolvedModel",
     "display_name",
+    "model_fingerprint",
     "read_layout",
     "resolve_model",
-    "model_fingerprint",
 ]
 
 ENV_VAR = "CACHEKIT_MODEL"
@@ -159,13 +159,26 @@ def _not_mean_pooled(folder: Path) -> str:
         return f"modules are {kinds}, not Transformer -> Pooling [-> Normalize]"
     if modules:
         pooling = _json(folder / str(modules[1].get("path", "1_Pooling")) / "config.json")
-        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
-        if modes != ["pooling_mode_mean_tokens"]:
+        modes = _pooling_modes(pooling)
+        if modes != ["mean"]:
             return f"pooling is {modes}, not plain mean pooling"
     prompts = _json(folder / "config_sentence_transformers.json")
     if prompts.get("default_prompt_name"):
         return "the model has a default prompt"
     return ""
+
+
+def _pooling_modes(config: dict[str, Any]) -> list[str]:
+    """The pooling modes a Pooling config turns on, in either of sentence-transformers'
+    formats: ``"pooling_mode": "mean"`` (or a list), or one ``pooling_mode_*_tokens`` flag
+    each."""
+    mode = config.get("pooling_mode")
+    if isinstance(mode, str):
+        return [mode]
+    if isinstance(mode, list):
+        return sorted(str(m) for m in mode)
+    on = [k for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+    return sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens") for k in on)
 
 
 def _json(path: Path, default: Any = None) -> Any:
