@@ -11,7 +11,7 @@ pytestmark = pytest.mark.model
 
 
 def test_real_model_paraphrase_hits_and_unrelated_misses() -> None:
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")  # the default embedder's runtime (no torch)
     cache = Cache()
     calls: list[str] = []
 
