@@ -28,6 +28,10 @@ __all__ = ["UnsupportedModelError", "bert_config", "build_bert_graph", "weights_
 
 _MS = "com.microsoft"
 _OPSET = 17
+# The IR version of opset 17 (onnx 1.12). make_model writes the newest IR its onnx knows, which
+# an older onnxruntime refuses ("Unsupported model IR version: 14, max supported IR version: 13"
+# was onnx 1.23 with onnxruntime 1.30): the graph says the oldest that carries its operators.
+IR_VERSION = 8
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "last_hidden_state"
 
@@ -102,6 +106,7 @@ def build_bert_graph(folder: str | Path) -> onnx.ModelProto:
     onnx_graph = helper.make_graph(graph.nodes, "bert", inputs, [output], graph.initializers)
     opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid(_MS, 1)]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="cachekit")
+    model.ir_version = IR_VERSION
     return model
 
 
