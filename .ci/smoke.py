@@ -1,14 +1,16 @@
 """What a user gets from the built wheel, in a fresh venv without the checkout:
 
-    python .ci/smoke.py base       # pip install cachekit_ml-*.whl
-    python .ci/smoke.py semantic   # pip install 'cachekit_ml-*.whl[semantic,proxy]', no torch
+    python .ci/smoke.py base               # pip install cachekit_ml-*.whl
+    python .ci/smoke.py semantic           # pip install 'cachekit_ml-*.whl[semantic]', no torch
+    python .ci/smoke.py semantic --proxy   # pip install 'cachekit_ml-*.whl[semantic,proxy]'
 
 ``base``: the package imports from site-packages, ``@cache.cached`` and a feature set work,
 ``cachekit --help`` runs, and ``@cache.semantic`` names the extra it needs. ``semantic`` also:
 torch is not installed; with ``CACHEKIT_MODEL`` naming a model folder and ``HF_HUB_OFFLINE=1``
-a paraphrase is a semantic hit, in the library and through ``cachekit serve`` in front of a fake
-upstream; ``cachekit serve --help`` and ``cachekit demo`` run. Run it from outside the checkout
-(a checkout on ``sys.path`` would hide what the wheel lacks). Exits non-zero on the first failure.
+a paraphrase is a semantic hit; ``cachekit demo`` runs. ``--proxy``: ``cachekit serve --help``
+runs, and a paraphrase is a semantic hit through ``cachekit serve`` in front of a fake upstream.
+Run it from outside the checkout (a checkout on ``sys.path`` would hide what the wheel lacks).
+Exits non-zero on the first failure.
 """
 
 from __future__ import annotations
@@ -102,8 +104,11 @@ def semantic() -> None:
     check(hit.status is Status.SEMANTIC_HIT, f"a paraphrase is a semantic hit ({hit})")
     check("torch" not in sys.modules, "the semantic tier ran without importing torch")
     cache.close()
-    check("--upstream" in cli("serve", "--help"), "cachekit serve --help")
     check("semantic" in cli("demo"), "cachekit demo runs")
+
+
+def proxy() -> None:
+    check("--upstream" in cli("serve", "--help"), "cachekit serve --help")
     proxy_round()
 
 
@@ -185,10 +190,12 @@ def wait_for(url: str, server: subprocess.Popen[bytes], deadline_s: float = 120)
 
 
 if __name__ == "__main__":
-    shape = sys.argv[1] if len(sys.argv) > 1 else "base"
-    if shape not in ("base", "semantic"):
-        raise SystemExit("usage: smoke.py base|semantic")
+    args = sys.argv[1:] or ["base"]
+    if args[0] not in ("base", "semantic") or args[1:] not in ([], ["--proxy"]):
+        raise SystemExit("usage: smoke.py base | semantic [--proxy]")
     base()
-    if shape == "semantic":
+    if args[0] == "semantic":
         semantic()
-    print(f"smoke: {shape}: all checks passed")
+    if "--proxy" in args:
+        proxy()
+    print(f"smoke: {' '.join(args)}: all checks passed")
