@@ -291,6 +291,8 @@ class SentenceTransformerEmbedder:
         builder does not cover, or the graph built from the weights."""
         from cachekit.semantic.bert_graph import UnsupportedModelError, build_bert_graph
 
+        if self._quantize == "int8" and self._int8_file().is_file():
+            return self._int8_file()  # made by an earlier load: no graph to build
         try:
             model: Any = build_bert_graph(folder)
         except UnsupportedModelError:
@@ -301,6 +303,9 @@ class SentenceTransformerEmbedder:
             return self._ensure_int8(model)
         return model.SerializeToString() if not isinstance(model, Path) else model
 
+    def _int8_file(self) -> Path:
+        return self.onnx_export_dir / f"model_int8_{_quantization_config()}.onnx"
+
     def _ensure_int8(self, model: Any) -> Path:
         """A dynamically quantized (int8) copy of ``model``, written once under
         :attr:`onnx_export_dir`; a rename puts it in place whole."""
@@ -308,7 +313,7 @@ class SentenceTransformerEmbedder:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         config = _quantization_config()
-        final = self.onnx_export_dir / f"model_int8_{config}.onnx"
+        final = self._int8_file()
         if final.is_file():
             return final
         logger.info("quantizing %s to int8 (%s), one-off", self._model_name, config)
