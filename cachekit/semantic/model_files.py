@@ -123,10 +123,8 @@ def model_fingerprint(folder: Path) -> str | None:
     weights = folder / "model.safetensors"
     if not weights.is_file():
         return None
-    digest = hashlib.sha256()
     with open(weights, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+        digest = hashlib.file_digest(fh, "sha256")
     modules = _json(folder / "modules.json", default=[])
     settings = {
         "modules": [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules],
