@@ -17,8 +17,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,6 +29,7 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from cachekit.cache import Status
 from cachekit.llm import (
@@ -52,6 +51,7 @@ from cachekit.llm import (
 )
 from cachekit.llm.rules import caller_key
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
+from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
 from cachekit.proxy.headers import (
     HOP_BY_HOP,
     UPSTREAM_DROP_RESPONSE,
@@ -61,6 +61,7 @@ from cachekit.proxy.headers import (
     parse_controls,
     response_headers,
 )
+from cachekit.proxy.hit_ids import check_continuable, hit_id, response_id_in
 from cachekit.proxy.http import (
     JSON,
     RelayResponse,
@@ -71,6 +72,7 @@ from cachekit.proxy.http import (
     http_error,
     loads,
 )
+from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.proxy.upstream import UpstreamHealth, describe
 from cachekit.semantic.slots import refusal_kind
@@ -95,14 +97,11 @@ _ENDPOINT_LABEL = {
 }
 #: What ``x-cachekit-cache`` says of an answer the cache never saw.
 PASSTHROUGH = {"x-cachekit-cache": "PASSTHROUGH"}
-_MEMO_SIZE = 4096  # prepared requests remembered (a pure function of these inputs)
-_MEMO_MAX_BODY = 16_384  # bytes; larger bodies are prepared every time
 #: Where clients report a verdict on a semantic hit.
 FEEDBACK_PATH = "/v1/cachekit/feedback"
 #: Semantic hits remembered for feedback (response id -> tenant and the hit's reference),
 #: least recently served forgotten first.
 HITS_REMEMBERED = 10_000
-_ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -125,12 +124,13 @@ class Proxy:
         self.llm = llm
         self.tenants = config.cache.tenants()
         self.prices = config.cache.prices
-        self.metrics = ProxyMetrics()
+        self.metrics = ProxyMetrics(max_models=settings.metrics_max_models)
+        self.limits = CallerLimits(settings.max_upstream_per_caller, self.metrics.inflight)
         #: The upstream as this worker last saw it (a probe at start, then every call).
         self.upstream_health = UpstreamHealth(self.upstream)
         self.client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._memo: dict[tuple[str, str, str, bytes], LLMRequest] = {}
+        self._memo = RequestMemo()
         self._hits: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
@@ -163,8 +163,10 @@ class Proxy:
 
     # ------------------------------------------------------------------ cached endpoints
 
-    async def _read_body(self, request: Request) -> bytes:
-        limit = self.config.proxy.max_body_bytes
+    async def _read_body(self, request: Request, limit: int | None = None) -> bytes:
+        """The whole body, within ``limit`` bytes (413 past it; default ``max_body_bytes``) and
+        the body deadline (408 past it)."""
+        limit = self.config.proxy.max_body_bytes if limit is None else limit
         too_large = RequestError(
             f"Request body too large: the limit is {limit} bytes.",
             status=413,
@@ -185,20 +187,43 @@ class Proxy:
                 status=408,
                 code="request_timeout",
             ) from None
+        except ClientDisconnect:  # nobody reads the answer; counted, nothing held
+            raise RequestError(
+                "The client disconnected before its request body arrived.",
+                status=499,
+                code="client_disconnected",
+            ) from None
 
     def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
-        """:func:`prepare` of the body, remembered for small bodies: a repeated request (what
-        an exact hit is) skips parsing, validation and key hashing. Bad bodies are not kept."""
-        if len(raw) > _MEMO_MAX_BODY:
-            return prepare(endpoint, loads(raw), tenant, namespace)
-        memo_key = (endpoint, tenant, namespace, raw)
-        req = self._memo.get(memo_key)
-        if req is None:
-            req = prepare(endpoint, loads(raw), tenant, namespace)
-            if len(self._memo) >= _MEMO_SIZE:
-                self._memo.pop(next(iter(self._memo)))  # oldest first
-            self._memo[memo_key] = req
-        return req
+        """:func:`prepare` of the body, remembered within a byte budget (:class:`RequestMemo`):
+        a repeated request (what an exact hit is) skips parsing, validation and key hashing."""
+        return self._memo.get_or_prepare(
+            endpoint,
+            tenant,
+            namespace,
+            raw,
+            lambda: prepare(endpoint, loads(raw), tenant, namespace),
+        )
+
+    def _hold(self, request: Request) -> UpstreamCall | Response:
+        """A hold on the upstream for this request's caller, or the 429 to send when the caller
+        holds :attr:`ProxySettings.max_upstream_per_caller` calls already."""
+        client = request.client
+        who = caller_id(caller_key(request.headers.items()), client.host if client else None)
+        call = self.limits.acquire(who)
+        if call is not None:
+            return call
+        self.metrics.errors.labels("caller_limit").inc()
+        resp = error_response(
+            429,
+            f"Too many concurrent requests from this caller: at most "
+            f"{self.limits.per_caller} may wait on the upstream at once. Retry after "
+            f"{RETRY_AFTER_S} s.",
+            type="rate_limit_error",
+            code="too_many_concurrent_requests",
+        )
+        resp.headers["retry-after"] = str(RETRY_AFTER_S)
+        return resp
 
     async def cached(self, request: Request, endpoint: str) -> Response:
         t0 = time.perf_counter()
@@ -208,9 +233,11 @@ class Proxy:
             raw = await self._read_body(request)
             tenant = self.tenants.for_headers(request.headers.items())
             req = self._prepare(endpoint, raw, tenant, controls.namespace)
+            if endpoint == RESPONSES:
+                check_continuable(req.body.get("previous_response_id"))
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
-            return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
+            return _error(exc)
         if req.passthrough is not None:  # state upstream: forwarded, never stored
             outcome, controls = PASSTHROUGH, dataclasses.replace(controls, no_store=True)
         elif controls.no_cache:
@@ -223,7 +250,7 @@ class Proxy:
                 return self._hit(req, found, label, t0)
             outcome = miss_headers(found)
             if found.reason:
-                self.metrics.refusals.labels(refusal_kind(found.reason)).inc()
+                self.metrics.refused(refusal_kind(found.reason))
         self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
         if controls.only_if_cached:  # never upstream, a passed-through request included
             return error_response(
@@ -241,7 +268,7 @@ class Proxy:
         if found.similarity is not None:
             headers["x-cachekit-similarity"] = f"{found.similarity:.4f}"
         if found.status is Status.SEMANTIC_HIT:
-            response = self._remember_hit(req, response)
+            response = self._semantic_answer(req, response)
             if "id" in response:
                 headers["x-cachekit-response-id"] = str(response["id"])
         usage = response.get("usage")
@@ -262,21 +289,19 @@ class Proxy:
 
     # ------------------------------------------------------------------ feedback
 
-    def _remember_hit(self, req: LLMRequest, response: dict[str, Any]) -> dict[str, Any]:
-        """A semantic hit under an id of its own (the stored answer's id is another request's),
-        remembered with its tenant for :meth:`feedback`."""
+    def _semantic_answer(self, req: LLMRequest, response: dict[str, Any]) -> dict[str, Any]:
+        """A semantic hit under a fresh id of its own: the stored answer's id is another
+        request's, and upstream (Responses API) it names the other prompt's history, which a
+        client continuing from it would continue. A request continuing from a fresh id is
+        refused with the reason (:func:`_continuable`). Remembered with its tenant for
+        :meth:`feedback`."""
+        rid = hit_id(response.get("id"), req.endpoint)
         ref = self.llm.feedback_ref(req)
-        if ref is None:
-            return response
-        rid = _hit_id(response.get("id"), req.endpoint)
-        if req.endpoint == RESPONSES and req.body.get("store") is not False:
-            # The upstream stored the answer under its id: a client may continue from it
-            # (previous_response_id), which a fresh id would break. Feedback finds the hit by it.
-            rid = str(response.get("id") or rid)
-        hits = self._hits
-        hits[rid] = (req.tenant, ref)
-        while len(hits) > HITS_REMEMBERED:
-            hits.popitem(last=False)
+        if ref is not None:
+            hits = self._hits
+            hits[rid] = (req.tenant, ref)
+            while len(hits) > HITS_REMEMBERED:
+                hits.popitem(last=False)
         return {**response, "id": rid}
 
     async def feedback(self, request: Request) -> Response:
@@ -344,17 +369,28 @@ class Proxy:
         if inject:  # ask for usage (tokens saved are counted from it), and drop it on the way
             so = req.body.get("stream_options") or {}
             content = dumps({**req.body, "stream_options": {**so, "include_usage": True}})
+        call = self._hold(request)
+        if isinstance(call, Response):
+            return _tagged(call, outcome)
         t0 = time.perf_counter()
-        resp = await self._send(request, req, content, stream, t0)
-        if isinstance(resp, Response):  # the upstream could not be asked
-            return _tagged(resp, outcome)
+        relayed = False  # from then on, the relay releases the hold, however it ends
+        try:
+            resp = await self._send(request, req, content, stream, call)
+            if isinstance(resp, Response):  # the upstream could not be asked
+                return _tagged(resp, outcome)
+            if stream:
+                out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
+                out.update(outcome)
+                relayed = True
+                return await self._relay_response(req, resp, inject, controls, out, t0, call)
+        finally:
+            if not relayed:
+                self._left(req, t0, call)
         out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
         out.update(outcome)
-        if stream:
-            return await self._relay_response(req, resp, inject, controls, out, t0)
         task = None
         if len(resp.content) > self.config.proxy.max_answer_bytes:
-            self.metrics.not_stored.labels("too_large").inc()
+            self.metrics.not_kept("too_large")
         elif not controls.no_store:
             task = BackgroundTask(
                 self._store_answer, req, resp.status_code, resp.content, controls.ttl
@@ -362,11 +398,11 @@ class Proxy:
         return Response(resp.content, status_code=resp.status_code, headers=out, background=task)
 
     async def _send(
-        self, request: Request, req: LLMRequest, content: bytes, stream: bool, t0: float
+        self, request: Request, req: LLMRequest, content: bytes, stream: bool, call: UpstreamCall
     ) -> httpx.Response | Response:
-        """POST ``content`` to ``req``'s endpoint upstream, counted in flight: the upstream's
-        response (a stream is left in flight for its relay to release), or the error response
-        to send when the upstream could not be asked."""
+        """POST ``content`` to ``req``'s endpoint upstream, counted in flight from now until
+        ``call`` is released (the caller's business, on every exit path): the upstream's
+        response, or the error response to send when the upstream could not be asked."""
         assert self.client is not None
         upstream_req = self.client.build_request(
             "POST",
@@ -374,20 +410,17 @@ class Proxy:
             content=content,
             headers=forward_headers(request.headers, identity=True),
         )
-        self.metrics.inflight.enter()
+        call.sent()
         try:
             resp = await self.client.send(upstream_req, stream=stream)
         except httpx.HTTPError as exc:
-            self._left(req, t0)
             return self._upstream_error(exc)
         self.upstream_health.reached()
-        if not stream:
-            self._left(req, t0)
         return resp
 
-    def _left(self, req: LLMRequest, t0: float) -> None:
-        """One upstream call ended: out of the in-flight gauge, its latency recorded."""
-        self.metrics.inflight.leave()
+    def _left(self, req: LLMRequest, t0: float, call: UpstreamCall) -> None:
+        """One upstream call ended: its hold released, its latency recorded."""
+        call.release()
         self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
             time.perf_counter() - t0
         )
@@ -404,7 +437,7 @@ class Proxy:
     async def _store(self, req: LLMRequest, status: int, body: Any, ttl: float | None) -> None:
         ok, reason = self.llm.cacheable(req.endpoint, status, body)
         if not ok:
-            self.metrics.not_stored.labels(reason.split(" ")[0]).inc()
+            self.metrics.not_kept(reason.split(" ")[0])
             return
         if await self.llm.astore(req, body, ttl=ttl):
             self.metrics.stored.inc()
@@ -417,25 +450,25 @@ class Proxy:
         controls: Controls,
         out: dict[str, str],
         t0: float,
+        call: UpstreamCall,
     ) -> Response:
         """The client's response to an upstream stream: relayed (and stored once complete)
         when it succeeded, else the upstream's error body as it came."""
+        release = self._releaser(req, resp, t0, call)
         if not 200 <= resp.status_code < 300:
             try:
                 data = await resp.aread()
             except httpx.HTTPError as exc:
                 return _tagged(self._upstream_error(exc), out)
             finally:
-                await resp.aclose()
-                self._left(req, t0)
-            self.metrics.not_stored.labels("status").inc()
+                await release()
+            self.metrics.not_kept("status")
             return Response(data, status_code=resp.status_code, headers=out)
-        release = self._releaser(req, resp, t0)
         relay = self._relay(req, resp, drop_usage, controls, release)
         return RelayResponse(relay, release, status_code=resp.status_code, headers=out)
 
     def _releaser(
-        self, req: LLMRequest, resp: httpx.Response, t0: float
+        self, req: LLMRequest, resp: httpx.Response, t0: float, call: UpstreamCall
     ) -> Callable[[], Awaitable[None]]:
         """What ends one upstream stream, once: close it, leave the in-flight gauge, record its
         latency. The relay calls it when it ends; the response too, for a client gone before the
@@ -450,7 +483,7 @@ class Proxy:
             try:
                 await resp.aclose()
             finally:
-                self._left(req, t0)
+                self._left(req, t0, call)
 
         return release
 
@@ -481,56 +514,85 @@ class Proxy:
         finally:
             await release()
             if finished and asm.too_large:
-                self.metrics.not_stored.labels("too_large").inc()
+                self.metrics.not_kept("too_large")
             elif not finished or not asm.complete:
-                self.metrics.not_stored.labels("incomplete_stream").inc()
+                self.metrics.not_kept("incomplete_stream")
             elif not controls.no_store:
                 self._spawn(self._store(req, 200, asm.result(), controls.ttl))
 
     # ------------------------------------------------------------------ everything else
 
     async def passthrough(self, request: Request) -> Response:
+        """Any other ``/v1/...`` request, forwarded as it came once its body has arrived whole
+        (within ``max_passthrough_body_bytes`` and the body deadline), under the caller's bound
+        on upstream calls; the answer relayed as raw bytes."""
         assert self.client is not None
         try:
             caller_key(request.headers.items())  # one credential, as on the cached endpoints
+            check_continuable(response_id_in(request.url.path), status=404)
         except RequestError as exc:
             self.metrics.errors.labels("bad_request").inc()
-            return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
+            return _tagged(_error(exc), PASSTHROUGH)
         self.metrics.passthrough.inc()
+        call = self._hold(request)
+        if isinstance(call, Response):
+            return _tagged(call, PASSTHROUGH)
+        handed: list[bool] = []
+        try:
+            return await self._forward(request, call, handed)
+        finally:
+            if not handed:
+                call.release()
+
+    async def _forward(self, request: Request, call: UpstreamCall, handed: list[bool]) -> Response:
+        """:meth:`passthrough`'s body read and upstream call; ``handed`` gets an item once the
+        relay owns ``call`` (and releases it when the response ends, however it ends)."""
+        assert self.client is not None
+        content = None
+        if "content-length" in request.headers or "transfer-encoding" in request.headers:
+            try:
+                content = await self._read_body(
+                    request, self.config.proxy.max_passthrough_body_bytes
+                )
+            except RequestError as exc:
+                self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
+                return _tagged(_error(exc), PASSTHROUGH)
         url = self.upstream + request.url.path
         if request.url.query:
             url += "?" + request.url.query
-        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         upstream_req = self.client.build_request(
             request.method,
             url,
             headers=forward_headers(request.headers, identity=False),
-            content=request.stream() if has_body else None,
+            content=content,
         )
-        inflight = self.metrics.inflight
-        inflight.enter()
+        call.sent()
         try:
             resp = await self.client.send(upstream_req, stream=True)
         except httpx.HTTPError as exc:
-            inflight.leave()
             return _tagged(self._upstream_error(exc), PASSTHROUGH)
         self.upstream_health.reached()
 
-        async def close() -> None:
-            await resp.aclose()
-            inflight.leave()
+        async def release() -> None:
+            try:
+                await resp.aclose()
+            finally:
+                call.release()
 
         # Raw bytes, encoding untouched: content-encoding and content-length stay valid.
         headers = response_headers(
             resp.headers, HOP_BY_HOP - {"content-length"} | {"date", "server"}
         )
         headers.update(PASSTHROUGH)
-        return StreamingResponse(
-            resp.aiter_raw(),
-            status_code=resp.status_code,
-            headers=headers,
-            background=BackgroundTask(close),
+        handed.append(True)
+        return RelayResponse(
+            resp.aiter_raw(), release, status_code=resp.status_code, headers=headers
         )
+
+    async def render_metrics(self) -> bytes:
+        """``GET /metrics``, rendered on a worker thread: never on the event loop, which every
+        request shares (label values are bounded: :class:`~cachekit.proxy.metrics.LabelFolder`)."""
+        return await asyncio.to_thread(self.metrics.render)
 
     def health(self) -> dict[str, Any]:
         """``GET /healthz``: ``status`` is ``ok``, or ``degraded`` with each problem in words in
@@ -563,17 +625,12 @@ def _tagged(response: Response, outcome: dict[str, str]) -> Response:
     return response
 
 
-def _hit_id(original: Any, endpoint: str) -> str:
-    """A fresh response id in the stored one's style (``chatcmpl-ck<24 hex>``)."""
-    sep = "_" if endpoint == RESPONSES else "-"
-    prefix = original.split(sep, 1)[0] if isinstance(original, str) else ""
-    if not _ID_PREFIX.fullmatch(prefix):
-        prefix = {CHAT: "chatcmpl", RESPONSES: "resp"}.get(endpoint, "cmpl")
-    return f"{prefix}{sep}ck{secrets.token_hex(12)}"
+def _error(exc: RequestError) -> Response:
+    return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
 
 
 #: The errors metric's reason for a request error's status (anything else: bad_request).
-_ERROR_REASON = {413: "too_large", 408: "body_timeout"}
+_ERROR_REASON = {413: "too_large", 408: "body_timeout", 499: "client_disconnected"}
 
 
 def _usage_only(chunk: Any) -> bool:
@@ -627,7 +684,7 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(proxy.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await proxy.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @app.api_route(
         "/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -52,8 +52,17 @@ class ProxySettings:
     max_body_bytes: int = 4 * 2**20
     #: Seconds a client has to send a request's headers; a slower one's connection is closed.
     header_timeout: float = 10.0
-    #: Seconds a client has to send a cached endpoint's request body; a slower one gets 408.
+    #: Seconds a client has to send a request body (any route, passthrough included); a slower
+    #: one gets 408.
     body_timeout: float = 30.0
+    #: Largest request body passed through to routes the cache does not answer (``/v1/files``
+    #: uploads and the like; bytes): larger ones get 413. Read whole before the upstream is asked.
+    max_passthrough_body_bytes: int = 32 * 2**20
+    #: Upstream calls one caller (an API key, or an address without one) may have open at once;
+    #: past it, 429 with ``Retry-After``. 0: no bound.
+    max_upstream_per_caller: int = 64
+    #: Distinct model names labelled in the metrics; later ones count as ``other``.
+    metrics_max_models: int = 64
     #: Largest upstream answer stored (bytes; a stream's events): a larger one is relayed, not
     #: stored, and a stream past it is relayed unparsed, so a stream holds at most this much.
     max_answer_bytes: int = 8 * 2**20
@@ -122,10 +131,13 @@ class ProxyConfig:
         if not p.upstream:
             raise ValueError(NO_UPSTREAM)
         check_upstream_url(p.upstream)
-        if min(p.max_body_bytes, p.max_answer_bytes, p.workers, p.stream_pieces) < 1:
-            raise ValueError(
-                "max_body_bytes, max_answer_bytes, workers and stream_pieces must be positive"
-            )
+        positive: tuple[str, ...] = ("max_body_bytes", "max_passthrough_body_bytes", "workers")
+        positive += ("max_answer_bytes", "stream_pieces", "metrics_max_models", "max_connections")
+        bad = [name for name in positive if getattr(p, name) < 1]
+        if p.max_upstream_per_caller < 0:
+            bad.append("max_upstream_per_caller (0: no bound)")
+        if bad:
+            raise ValueError(f"{', '.join(bad)} must be positive")
         if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
 

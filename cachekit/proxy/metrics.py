@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["InFlight", "ProxyMetrics"]
+__all__ = ["OTHER", "InFlight", "LabelFolder", "ProxyMetrics"]
 
 _HIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _UPSTREAM_BUCKETS = (
@@ -61,9 +61,35 @@ class InFlight:
         self.now -= 1
 
     def average(self) -> float:
-        self._advance()
-        elapsed = self._last - self._start
-        return self._area / elapsed if elapsed > 0 else float(self.now)
+        # Read-only (a scrape may run on another thread than enter/leave): no _advance here.
+        t, now = self._clock(), self.now
+        area = self._area + now * (t - self._last)
+        elapsed = t - self._start
+        return area / elapsed if elapsed > 0 else float(now)
+
+
+class LabelFolder:
+    """Bounded label values: the first ``limit`` distinct values are kept as they are, every
+    later one is counted as :data:`OTHER`. Memory and series stay bounded whatever an upstream
+    or a client sends (model names are echoed from the upstream's answers)."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.limit = limit
+        self._known: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self._known:
+            return value
+        if len(self._known) >= self.limit:
+            return OTHER
+        self._known.add(value)
+        return value
+
+
+#: The label value that label values past a :class:`LabelFolder`'s limit are counted under.
+OTHER = "other"
 
 
 class _InFlightCollector(Collector):
@@ -84,9 +110,14 @@ class _InFlightCollector(Collector):
 
 
 class ProxyMetrics:
-    """Counters and histograms of one proxy process; :meth:`render` gives the exposition text."""
+    """Counters and histograms of one proxy process; :meth:`render` gives the exposition text.
 
-    def __init__(self) -> None:
+    ``max_models``: distinct model names labelled as they are (later ones count as ``other``);
+    ``max_reasons``: the same for the reasons of refusals and of answers not stored."""
+
+    def __init__(self, max_models: int = 64, max_reasons: int = 32) -> None:
+        self.model_label = LabelFolder(max_models)
+        self.reason_label = LabelFolder(max_reasons)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -174,6 +205,7 @@ class ProxyMetrics:
     def saved(self, model: str, usage: Any, dollars: float | None) -> None:
         """A hit saved ``usage``'s tokens (chat and completions' prompt/completion counts, the
         Responses API's input/output ones) and ``dollars`` (``None``: unpriced)."""
+        model = self.model_label(model)
         if isinstance(usage, dict):
             for kinds, label in _TOKEN_KINDS:
                 n = usage.get(kinds[0], usage.get(kinds[1]))
@@ -183,6 +215,12 @@ class ProxyMetrics:
             self.child(self.unpriced_hits, model).inc()
         else:
             self.child(self.dollars_saved, model).inc(dollars)
+
+    def refused(self, reason: str) -> None:
+        self.child(self.refusals, self.reason_label(reason)).inc()
+
+    def not_kept(self, reason: str) -> None:
+        self.child(self.not_stored, self.reason_label(reason)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -63,6 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--body-timeout", type=float, help="seconds to send a request body, else 408 (default 30)")
     a(
+        "--max-passthrough-body-bytes",
+        type=int,
+        help="larger bodies to routes not cached (/v1/files ...) get 413 (default 32 MiB)",
+    )
+    a(
+        "--max-upstream-per-caller",
+        type=int,
+        help="upstream calls one API key (or keyless address) may hold at once, else 429 "
+        "(default 64; 0: no bound)",
+    )
+    a(
         "--max-answer-bytes",
         type=int,
         help="larger upstream answers are relayed, not stored (default 8 MiB)",
@@ -100,6 +111,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "max_body_bytes": args.max_body_bytes,
         "header_timeout": args.header_timeout,
         "body_timeout": args.body_timeout,
+        "max_passthrough_body_bytes": args.max_passthrough_body_bytes,
+        "max_upstream_per_caller": args.max_upstream_per_caller,
         "max_answer_bytes": args.max_answer_bytes,
         "semantic_max_bytes": args.semantic_max_bytes,
         "upstream_timeout": args.upstream_timeout,
