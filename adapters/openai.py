@@ -17,6 +17,11 @@ only if it completed. Answers that are errors, cut off (``finish_reason: length`
 ``incomplete``), failed or unfinished are never stored. The cache failing costs a miss, never an
 exception.
 
+A semantic hit carries a fresh id (``resp_ck...``, ``chatcmpl-ck...``), never the stored answer's:
+upstream that id names another prompt's history. ``responses.create(previous_response_id=...)``
+with such an id raises :class:`~cachekit.llm.RequestError` saying why (the upstream never stored
+it); an exact hit keeps the upstream's id.
+
 ``client.feedback(correct, **create_kwargs)`` records a user's verdict on the semantic hit that
 ``chat.completions.create(**create_kwargs)`` (or ``responses.create``, when the arguments have
 an ``input`` and no ``messages``) got (``LLMCache.feedback``, as the proxy's
@@ -41,7 +46,7 @@ except ImportError:  # name the extra and its install command (the import error 
     require("openai", extra="openai", feature="cachekit.adapters.openai")
     raise
 
-from cachekit.cache import Cache
+from cachekit.cache import Cache, Status
 from cachekit.llm import (
     CHAT,
     EMBEDDINGS,
@@ -57,6 +62,7 @@ from cachekit.llm import (
     sse_event,
     sse_stream,
 )
+from cachekit.llm.hit_ids import check_continuable, hit_id
 
 try:  # the openai package's own HTTP library: httpx2 in recent versions, httpx before
     import httpx2 as _http
@@ -120,6 +126,8 @@ class _Context:
         self.tenant = tenant
 
     def prepare(self, endpoint: str, kwargs: Mapping[str, Any]) -> LLMRequest | None:
+        # RequestError (a ValueError) with the reason: the upstream never stored that id.
+        check_continuable(kwargs.get("previous_response_id"))
         try:
             return prepare(endpoint, _body(kwargs), self.tenant, self.namespace)
         except (RequestError, TypeError, ValueError):
@@ -247,8 +255,11 @@ class _Endpoint:
         version of the package cannot read (an output type it does not know): a miss too."""
         if not found.hit or found.response is None:
             return None
+        response = found.response
+        if found.status is Status.SEMANTIC_HIT:  # another request's answer: never its id
+            response = {**response, "id": hit_id(response.get("id"), req.endpoint)}
         try:
-            return self._hit(req, found.response)
+            return self._hit(req, response)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             log.warning("cached answer the openai package cannot read, served as a miss: %s", exc)
             return None

@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseFunctionToolCall
 
 from cachekit import Cache, Status
-from cachekit.llm import CacheLookup, LLMCache
+from cachekit.llm import CacheLookup, LLMCache, RequestError
 from cachekit.proxy.testing import FakeUpstream, UpstreamServer
 from cachekit.semantic.testing import DeterministicTestEmbedder
 
@@ -204,6 +204,12 @@ async def test_responses_exact_and_semantic_hits(upstream: Any, llm: LLMCache, m
     assert isinstance(again, Response) and isinstance(para, Response)
     assert again.output_text == para.output_text == first.output_text
     assert first.output_text.endswith(" to: How do I reset my password")
+    assert calls(upstream, client, RESPONSES) == 1
+    # The exact hit keeps the upstream's id; the semantic one never hands out another prompt's
+    # (upstream, it names that prompt's history), and continuing from its own is refused.
+    assert again.id == first.id and para.id != first.id and para.id.startswith("resp_ck")
+    with pytest.raises(RequestError, match="never stored it"):
+        await call(client.responses.create(model=MODEL, input="more", previous_response_id=para.id))
     assert calls(upstream, client, RESPONSES) == 1
 
 

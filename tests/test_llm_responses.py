@@ -4,6 +4,7 @@ and its event stream both ways."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from cachekit.llm import (
     RequestError,
     ResponsesStreamAssembler,
     cacheable_response,
+    canonical_json,
     exact_key,
     passthrough_reason,
     prepare,
@@ -60,10 +62,29 @@ def test_every_answer_changing_field_changes_the_exact_key(change: dict[str, Any
     assert key(request(**change)) != key(request())
 
 
-def test_streamed_and_stored_flags_share_an_entry() -> None:
+def test_streamed_and_metadata_flags_share_an_entry() -> None:
     base = key(request())
     assert key(request(stream=True)) == base
-    assert key(request(store=False, metadata={"a": "b"}, user="u")) == base
+    assert key(request(metadata={"a": "b"}, user="u", store=True, background=False)) == base
+
+
+def test_store_false_is_another_entry() -> None:
+    """An answer fetched with ``store: false`` has an id the upstream never stored: it must not
+    answer a request stored upstream (absent ``store`` is true), whose caller may continue from
+    the id it gets."""
+    base, unstored = request(), request(store=False)
+    assert key(unstored) != key(base)
+    assert key(request(store=None)) == key(request(store=True)) == key(base)
+    assert scope_key(RESPONSES, unstored, "t") != scope_key(RESPONSES, base, "t")
+    assert prepare(RESPONSES, unstored, "t").key == key(unstored)
+
+
+def test_exact_key_of_a_default_request_is_unchanged_by_the_store_rule() -> None:
+    """Absent and default ``store`` are keyed as before ``store`` was keyed (no field added):
+    entries stored by default requests keep their keys."""
+    payload = canonical_json({"e": RESPONSES, "t": "t", "ns": "", "b": request()})
+    digest = hashlib.blake2b(payload.encode(), digest_size=20).hexdigest()
+    assert key(request(store=True)) == key(request()) == "llm:x:" + digest
 
 
 @pytest.mark.parametrize(
@@ -124,6 +145,13 @@ def test_background_and_conversation_requests_are_passed_through() -> None:
         ({"model": "m", "input": "x", "instructions": 5}, "instructions"),
         ({"model": "m", "input": "x", "include": "reasoning"}, "include"),
         ({"model": "m", "input": "x", "max_output_tokens": "9"}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "max_output_tokens": 2**31}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "max_output_tokens": True}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "max_tool_calls": 0}, "max_tool_calls"),
+        ({"model": "m", "input": "x", "top_logprobs": 21}, "top_logprobs"),
+        ({"model": "m", "input": "x", "store": "false"}, "store"),
+        ({"model": "m", "input": "x", "background": 1}, "background"),
     ],
 )
 def test_bad_requests_name_their_param(body: dict[str, Any], param: str) -> None:
@@ -242,3 +270,124 @@ def test_a_stream_is_stored_only_when_it_completed(stream: bytes, why: str) -> N
     asm = ResponsesStreamAssembler()
     asm.feed_events(stream)
     assert not asm.complete and asm.incomplete_reason == why
+
+
+# ---------------------------------------------------------------------- deltas against the final
+
+
+def doctored(
+    stored: dict[str, Any], change: Any, events: list[dict[str, Any]] | None = None
+) -> bytes:
+    """``stored``'s live stream with ``change`` applied to the final response (or the events)."""
+    events = events if events is not None else response_events(stored)
+    final = copy.deepcopy(stored)
+    change(final, events)
+    events[-1] = {**events[-1], "response": final}
+    return sse(*events)
+
+
+def _set_text(final: dict[str, Any], events: Any) -> None:
+    final["output"][0]["content"][0]["text"] = "Visit evil.example to reset it."
+
+
+def _set_args(final: dict[str, Any], events: Any) -> None:
+    final["output"][1]["arguments"] = '{"query": "drop table users"}'
+
+
+def _drop_part(final: dict[str, Any], events: Any) -> None:
+    final["output"][0]["content"] = []
+
+
+def _add_item(final: dict[str, Any], events: Any) -> None:
+    final["output"].append(copy.deepcopy(final["output"][0]))
+
+
+def _add_part(final: dict[str, Any], events: Any) -> None:
+    final["output"][0]["content"].append(
+        {"type": "output_text", "text": "Also visit evil.example.", "annotations": []}
+    )
+
+
+def _number_delta(final: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    for e in events:
+        if e["type"] == "response.output_text.delta":
+            e["delta"] = 7
+            return
+
+
+def _move_delta(final: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    for e in events:
+        if e["type"] == "response.output_text.delta":
+            e["content_index"] = 1  # a part the final message does not have
+
+
+def refusal_answer() -> dict[str, Any]:
+    body = answer()
+    body["output"][0]["content"] = [{"type": "refusal", "refusal": "I can't help with that."}]
+    return body
+
+
+def _set_refusal(final: dict[str, Any], events: Any) -> None:
+    final["output"][0]["content"][0]["refusal"] = "Sure, here is how."
+
+
+@pytest.mark.parametrize(
+    ("stored", "change", "why"),
+    [
+        (answer("word " * 20), _set_text, "the final text of output 0 content 0 is not its"),
+        (function_call_answer(), _set_args, "the final arguments of output 1 is not its"),
+        (refusal_answer(), _set_refusal, "the final refusal of output 0 content 0 is not its"),
+        (answer(), _drop_part, "deltas for text of output 0 content 0, which the final"),
+        (answer(), _add_item, "the final text of output 1 content 0 came in no delta"),
+        (answer(), _add_part, "the final text of output 0 content 1 came in no delta"),
+        (answer(), _number_delta, "a delta of text of output 0 content 0 that is not a string"),
+        (answer(), _move_delta, "deltas for text of output 0 content 1, which the final"),
+    ],
+    ids=[
+        "text",
+        "arguments",
+        "refusal",
+        "part-dropped",
+        "item-added",
+        "part-added",
+        "not-a-string",
+        "wrong-part",
+    ],
+)
+def test_a_final_response_that_is_not_what_the_deltas_said_is_not_stored(
+    stored: dict[str, Any], change: Any, why: str
+) -> None:
+    honest = ResponsesStreamAssembler()
+    honest.feed_events(b"".join(responses_sse(stored)))
+    assert honest.complete and honest.not_stored_reason is None
+    asm = ResponsesStreamAssembler()
+    raw = doctored(stored, change)
+    for i in range(0, len(raw), 7):  # any split of the bytes
+        asm.feed_events(raw[i : i + 7])
+    assert asm.result() is not None  # the final response arrived, completed ...
+    assert not asm.complete  # ... and is not stored
+    assert asm.mismatch is not None and asm.mismatch.startswith(why), asm.mismatch
+    assert asm.incomplete_reason == f"mismatch: {asm.mismatch}"
+    assert asm.not_stored_reason == "stream_mismatch"
+
+
+def test_a_stream_of_the_final_response_alone_is_stored() -> None:
+    """No deltas (an upstream that sends only the final event): the client was sent the final
+    response itself, which is what is stored."""
+    asm = ResponsesStreamAssembler()
+    asm.feed_events(sse({"type": "response.completed", "response": answer()}))
+    assert asm.complete and asm.mismatch is None and asm.result() == answer()
+
+
+def test_other_reasons_win_over_a_mismatch() -> None:
+    events = response_events(answer())
+    final = copy.deepcopy(answer())
+    _set_text(final, events)
+    events[-1] = {**events[-1], "response": final}
+    asm = ResponsesStreamAssembler()
+    asm.feed_events(sse(*events) + b"data: {}\n\n")
+    assert asm.incomplete_reason == "data after response.completed"
+    assert asm.not_stored_reason == "incomplete_stream"
+    big = ResponsesStreamAssembler(max_answer_bytes=200)
+    big.feed_events(sse(*events))
+    assert big.not_stored_reason == "too_large"

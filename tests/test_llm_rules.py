@@ -12,6 +12,7 @@ from cachekit.llm import (
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
+    RESPONSES,
     LLMCache,
     LLMCacheConfig,
     PriceTable,
@@ -31,6 +32,7 @@ from cachekit.llm import (
     split_text,
     sse_stream,
 )
+from cachekit.llm.rules import INTEGER_RANGES
 from cachekit.semantic.testing import DeterministicTestEmbedder
 from cachekit.testing import ManualClock
 
@@ -89,6 +91,118 @@ def test_bad_requests_name_the_param(endpoint: str, body: dict[str, Any], param:
     assert err.body()["error"]["type"] == "invalid_request_error"
 
 
+def _int_cases() -> list[tuple[str, dict[str, Any], str]]:
+    """Each integer field just outside its range on both sides, as a boolean, as a string."""
+    cases = []
+    for endpoint, ranges in INTEGER_RANGES.items():
+        base = {
+            CHAT: chat("hi"),
+            COMPLETIONS: {"model": "m", "prompt": "hi"},
+            EMBEDDINGS: {"model": "m", "input": "hi"},
+            RESPONSES: {"model": "m", "input": "hi"},
+        }[endpoint]
+        for name, (lo, hi) in ranges.items():
+            for bad in (lo - 1, hi + 1, True, str(lo)):
+                cases.append((endpoint, {**base, name: bad}, name))
+    return cases
+
+
+@pytest.mark.parametrize(("endpoint", "body", "param"), _int_cases())
+def test_integers_out_of_their_range_are_refused(
+    endpoint: str, body: dict[str, Any], param: str
+) -> None:
+    lo, hi = INTEGER_RANGES[endpoint][param]
+    with pytest.raises(RequestError) as info:
+        prepare(endpoint, body, "t")
+    err = info.value
+    assert err.status == 400 and err.param == param
+    assert f"'{param}'" in err.message and f"from {lo} to {hi}" in err.message
+    assert err.body()["error"]["param"] == param
+    # The range's ends are accepted.
+    for ok in (lo, hi):
+        prepare(endpoint, {**body, param: ok}, "t")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param", "code"),
+    [
+        (CHAT, chat("hi", max_tokens=int("9" * 4001)), "max_tokens", "integer_above_max_value"),
+        (CHAT, chat("hi", max_tokens=10**30), "max_tokens", "integer_above_max_value"),
+        (CHAT, chat("hi", max_tokens=1e30), "max_tokens", "invalid_type"),  # orjson's 10**30
+        (CHAT, chat("hi", n=1_000_000_000), "n", "integer_above_max_value"),
+        (CHAT, chat("hi", seed=2**63), "seed", "integer_above_max_value"),
+        (CHAT, chat("hi", seed=-(2**63) - 1), "seed", "integer_below_min_value"),
+        (CHAT, chat("hi", n=True), "n", "invalid_type"),
+        (CHAT, chat("hi", logprobs=1), "logprobs", None),  # chat's logprobs is a boolean
+        (CHAT, chat("hi", temperature=10**400), "temperature", None),  # no float holds it
+        (CHAT, chat("hi", logit_bias={"50256": 101}), "logit_bias", None),
+        (CHAT, chat("hi", logit_bias={"50256": True}), "logit_bias", None),
+        (CHAT, chat("hi", logit_bias={"x": 1}), "logit_bias", None),
+        (CHAT, chat("hi", logit_bias={"-1": 1}), "logit_bias", None),
+        (CHAT, chat("hi", logit_bias={str(2**31): 1}), "logit_bias", None),
+        (CHAT, chat("hi", logit_bias={"9" * 4000: 1}), "logit_bias", None),
+        (CHAT, chat("hi", store="yes"), "store", None),
+        (COMPLETIONS, {"model": "m", "prompt": [1, 2**31]}, "prompt", None),
+        (COMPLETIONS, {"model": "m", "prompt": [[1], [-1]]}, "prompt", None),
+        (COMPLETIONS, {"model": "m", "prompt": "x", "logprobs": True}, "logprobs", "invalid_type"),
+        (EMBEDDINGS, {"model": "m", "input": [int("9" * 4001)]}, "input", None),
+        (
+            EMBEDDINGS,
+            {"model": "m", "input": "x", "dimensions": 0},
+            "dimensions",
+            "integer_below_min_value",
+        ),
+    ],
+)
+def test_integers_are_checked_by_value_not_digits(
+    endpoint: str, body: dict[str, Any], param: str, code: str | None
+) -> None:
+    with pytest.raises(RequestError) as info:
+        prepare(endpoint, body, "t")
+    err = info.value
+    assert err.status == 400 and err.param == param and err.code == code, err.message
+    assert len(err.message) < 300  # never the 4,001 digits
+
+
+def test_integers_in_their_range_pass() -> None:
+    prepare(
+        CHAT,
+        chat(
+            "hi",
+            n=128,
+            max_tokens=2**31 - 1,
+            seed=-(2**63),
+            top_logprobs=20,
+            logprobs=True,
+            logit_bias={"0": -100, "2147483647": 100.0},
+        ),
+        "t",
+    )
+    prepare(COMPLETIONS, {"model": "m", "prompt": [0, 2**31 - 1], "max_tokens": 0}, "t")
+    prepare(COMPLETIONS, {"model": "m", "prompt": "x", "logprobs": 5, "best_of": 20}, "t")
+    prepare(EMBEDDINGS, {"model": "m", "input": [[1, 2], [3]], "dimensions": 256}, "t")
+    # Python callers may key logit_bias by int, as the JSON encoder writes them as strings.
+    prepare(CHAT, chat("hi", logit_bias={50256: -100}), "t")
+
+
+@pytest.mark.parametrize("digits", [4001, 4300])
+def test_a_long_integer_parses_then_is_refused_by_its_range(digits: int) -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": '
+    body = parse_body(raw + b"9" * digits + b"}")
+    with pytest.raises(RequestError) as info:
+        prepare(CHAT, body, "t")
+    assert info.value.param == "max_tokens"
+
+
+def test_an_integer_too_long_to_parse_is_a_clean_400() -> None:
+    raw = b'{"model": "m", "messages": [], "max_tokens": ' + b"9" * 5000 + b"}"
+    with pytest.raises(RequestError) as info:
+        parse_body(raw)
+    err = info.value
+    assert err.status == 400 and err.code == "number_too_long"
+    assert "digits" in err.message and "set_int_max_str_digits" not in err.message
+
+
 @pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"\xff\xfe", b'"text"'])
 def test_parse_body_refuses_non_objects(raw: bytes) -> None:
     with pytest.raises(RequestError):
@@ -111,7 +225,7 @@ def test_exact_key_ignores_fields_that_do_not_change_the_answer() -> None:
         stream=True,
         stream_options={"include_usage": True},
         metadata={"a": "b"},
-        store=True,
+        store=False,
         service_tier="auto",
         seed=None,
     )
@@ -137,6 +251,7 @@ def test_exact_key_ignores_fields_that_do_not_change_the_answer() -> None:
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
         {"tool_choice": "auto"},
         {"model": "gpt-4o"},
+        {"store": True},  # stored upstream (chat's default is false): its id can be fetched
     ],
 )
 def test_exact_key_and_scope_change_with_answer_fields(change: dict[str, Any]) -> None:

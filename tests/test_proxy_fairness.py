@@ -6,8 +6,11 @@ Also the byte-bounded request memo and the bounded metric labels, in-process."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
+import time
 import tracemalloc
 import uuid
 from collections.abc import Iterator
@@ -19,6 +22,8 @@ import pytest
 from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
 from cachekit.llm import LLMRequest, prepare
+from cachekit.proxy.app import create_app
+from cachekit.proxy.config import ProxyConfig
 from cachekit.proxy.fairness import CallerLimits, caller_id
 from cachekit.proxy.memo import RequestMemo, estimated_size, parsed_size
 from cachekit.proxy.metrics import OTHER, InFlight, LabelFolder, ProxyMetrics
@@ -240,3 +245,37 @@ def test_model_labels_fold_past_the_limit() -> None:
     assert added < 1000, added
     text = metrics.render().decode()
     assert 'model="other"' in text and 'model="model-63"' in text and "model-64" not in text
+
+
+# ---------------------------------------------------------------------- cancellation, in-process
+
+
+@pytest.mark.parametrize(
+    ("model", "stream"),
+    [("fake-slow", False), ("fake-slow", True), ("fake-gated", True)],
+    ids=["waiting for an answer", "waiting for a stream", "mid-stream"],
+)
+async def test_a_cancelled_request_gives_back_what_it_held(
+    upstream: FakeUpstream, model: str, stream: bool
+) -> None:
+    """The request's task cancelled while it waits on the upstream (a server shutting down, an
+    ASGI server that cancels on disconnect): its hold and in-flight count are given back."""
+    config = ProxyConfig.load(None, {"upstream": upstream.url, "semantic": False})
+    app = create_app(config)
+    proxy = app.state.proxy
+    await proxy.start()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            body = {"model": model, "messages": msgs(uuid.uuid4().hex), "stream": stream}
+            task = asyncio.create_task(client.post(CHAT, json=body, timeout=30.0))
+            deadline = time.monotonic() + 10.0
+            while proxy.metrics.inflight.now == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert proxy.metrics.inflight.now == 1 and proxy.limits.callers == 1
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert proxy.metrics.inflight.now == 0 and proxy.limits.callers == 0
+    finally:
+        await proxy.stop()

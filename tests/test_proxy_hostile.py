@@ -17,6 +17,7 @@ import pytest
 from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
 from cachekit.llm.rules import MAX_JSON_DEPTH, RequestError, caller_key, check_depth, parse_body
+from cachekit.proxy.http import loads
 from cachekit.proxy.testing import FakeUpstream
 from cachekit.testing import wait_until
 
@@ -224,6 +225,70 @@ def test_nesting_up_to_the_limit_is_accepted(proxy: ProxyProcess, upstream: Fake
     deep = post(proxy, auth, chat_body(q2, x_extra=nested(MAX_JSON_DEPTH)))
     assert_error(deep, 400, f"{MAX_JSON_DEPTH} levels")
     assert calls_with(upstream, q2) == []
+
+
+# ---------------------------------------------------------------------- integers
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("max_tokens", "9" * 4001, "from 1 to 2147483647"),  # orjson refuses it: stdlib parses
+        ("max_tokens", "9" * 4300, "from 1 to 2147483647"),
+        ("max_tokens", "9" * 5000, "4300 digits"),  # more than int() converts
+        ("max_tokens", "1" + "0" * 30, "from 1 to 2147483647"),  # a float to orjson
+        ("max_tokens", "-" + "9" * 4001, "from 1 to 2147483647"),
+        ("n", "1000000000", "from 1 to 128"),
+        ("seed", str(2**63), "from -9223372036854775808 to 9223372036854775807"),
+        ("top_logprobs", "21", "from 0 to 20"),
+        ("max_completion_tokens", "true", "from 1 to 2147483647"),
+        ("logit_bias", '{"50256": 1000}', "from -100 to 100"),
+        ("temperature", "9" * 4001, "must be a number"),
+        ("x_unknown", "9" * 5000, "4300 digits"),
+    ],
+)
+def test_integers_out_of_range_are_400_never_forwarded(
+    proxy: ProxyProcess, upstream: FakeUpstream, field: str, value: str, words: str
+) -> None:
+    q = text()
+    auth = [("authorization", f"Bearer {new_key()}")]
+    r = post(proxy, auth, chat_body(q, **{field: value}))
+    err = assert_error(r, 400, words)
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] == (None if words == "4300 digits" else field)
+    assert len(r.content) < 1000  # the digits are not echoed
+    assert calls_with(upstream, q) == []
+    # The same request within the range is forwarded (and the proxy is well).
+    assert post(proxy, auth, chat_body(q, max_tokens="16")).status_code == 200
+    assert len(calls_with(upstream, q)) == 1
+
+
+def test_responses_and_embeddings_integers_are_checked(
+    proxy: ProxyProcess, upstream: FakeUpstream
+) -> None:
+    auth = [("authorization", f"Bearer {new_key()}")]
+    q = text()
+    for path, body, param in [
+        ("/v1/responses", {"model": MODEL, "input": q, "max_output_tokens": 2**31}, None),
+        ("/v1/responses", {"model": MODEL, "input": q, "max_tool_calls": 0}, None),
+        ("/v1/embeddings", {"model": MODEL, "input": q, "dimensions": 0}, None),
+        ("/v1/embeddings", {"model": MODEL, "input": [[1, -5]]}, "input"),
+        ("/v1/completions", {"model": MODEL, "prompt": q, "logprobs": 6}, None),
+    ]:
+        name = param or next(k for k in body if k not in ("model", "input", "prompt"))
+        err = assert_error(post(proxy, auth, json.dumps(body).encode(), path=path), 400, name)
+        assert err["param"] == name
+    assert calls_with(upstream, q) == []
+
+
+def test_the_proxy_parser_hands_long_integers_to_the_range_check() -> None:
+    """orjson refuses an integer past a double's range; ``loads`` then asks the standard
+    parser, which reads up to 4,300 digits: the range check refuses them, never a 500."""
+    raw = chat_body("hi", max_tokens="9" * 4001)
+    assert loads(raw)["max_tokens"] == int("9" * 4001)
+    with pytest.raises(RequestError) as info:
+        loads(chat_body("hi", max_tokens="9" * 4301))
+    assert info.value.status == 400 and info.value.code == "number_too_long"
 
 
 # ---------------------------------------------------------------------- the rules themselves

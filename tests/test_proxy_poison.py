@@ -1,10 +1,12 @@
 """``cachekit serve`` in front of a misbehaving upstream (over real HTTP): an answer with a
 poisoned ``usage``, a stream that carried an error event, a stream with data after ``[DONE]``,
-an answer over ``--max-answer-bytes`` (streamed or not) and a stream with no event separator are
-relayed to the caller but never stored."""
+an answer over ``--max-answer-bytes`` (streamed or not), a stream with no event separator and a
+Responses stream whose final response is not what its deltas said are relayed to the caller but
+never stored."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import uuid
@@ -16,7 +18,7 @@ import httpx
 import pytest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from cachekit.llm import completion_chunks, sse_event
+from cachekit.llm import completion_chunks, response_events, sse_event
 from cachekit.proxy.testing import FakeUpstream, serving
 from cachekit.testing import wait_until
 
@@ -66,6 +68,24 @@ class PoisonUpstream(FakeUpstream):
         async def gen() -> Any:
             for e in events:
                 yield e
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    async def _respond(self, body: dict[str, Any]) -> Response:
+        """``poison-mismatch``, streamed: the deltas say the honest answer, the final
+        ``response.completed`` another text (what a client printing deltas never saw)."""
+        if body.get("model") != "poison-mismatch" or not body.get("stream"):
+            return await super()._respond(body)
+        honest = self._response(body)
+        events = response_events(honest)
+        final = copy.deepcopy(honest)
+        final["output"][0]["content"][0]["text"] = "Visit evil.example to fix it."
+        events[-1] = {**events[-1], "response": final}
+        frames = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+        async def gen() -> Any:
+            for f in frames:
+                yield f
 
         return StreamingResponse(gen(), media_type="text/event-stream")
 
@@ -189,3 +209,41 @@ def test_a_stream_without_separators_is_relayed_as_it_came(
     assert r.content == b"data: {" + b"x" * (BIG // 1000 * 1000)
     assert _only_if_cached(proxy, key, "poison-no-separator", stream=True) == 504
     assert httpx.get(proxy.url + "/healthz", timeout=10.0).status_code == 200
+
+
+def test_a_responses_stream_whose_final_response_is_not_its_deltas_is_not_stored(
+    proxy: ProxyProcess, upstream: PoisonUpstream
+) -> None:
+    key = f"sk-poison-{uuid.uuid4().hex}"
+    body = {"model": "poison-mismatch", "input": "How do I reset my password", "stream": True}
+    headers = {"authorization": f"Bearer {key}"}
+
+    def not_stored() -> float:
+        return sum(
+            proxy.metric("cachekit_proxy_not_stored_total", reason=r)
+            for r in ("incomplete_stream", "stream_mismatch")
+        )
+
+    before = not_stored()
+    for n in (1, 2):
+        r = httpx.post(proxy.url + "/v1/responses", json=body, headers=headers, timeout=10.0)
+        assert r.status_code == 200 and r.headers["x-cachekit-cache"] == "MISS"
+        events = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: ")]
+        sent = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert sent.startswith("Answer #")  # relayed as the upstream sent it
+        final = events[-1]["response"]["output"][0]["content"][0]["text"]
+        assert final == "Visit evil.example to fix it."
+        wait_until(lambda n=n: not_stored() >= before + n, timeout=10.0)
+        calls = [
+            c
+            for c in upstream.calls
+            if c["headers"].get("authorization") == headers["authorization"]
+        ]
+        assert len(calls) == n  # each one went upstream: nothing was stored
+    lookup = httpx.post(
+        proxy.url + "/v1/responses",
+        json=body,
+        headers={**headers, "cache-control": "only-if-cached"},
+        timeout=10.0,
+    )
+    assert lookup.status_code == 504

@@ -186,9 +186,8 @@ def test_feedback_on_a_responses_semantic_hit(
     wait_stored(proxy, key, "How do I rotate my signing keys")
     para, h = create(client, "How do I rotate my signing keys please")
     assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
-    # Stored upstream (store defaults to true): the upstream's id is kept, so a client can
-    # continue from it with previous_response_id; feedback finds the hit by it.
-    assert para.id == first.id == h["x-cachekit-response-id"]
+    # A fresh id: upstream, the stored answer's id names the other prompt's history.
+    assert para.id != first.id and para.id == h["x-cachekit-response-id"]
     wrong = report(proxy, key, {"id": para.id, "correct": False})
     assert wrong.status_code == 200 and wrong.json() == {"recorded": True}
     assert only_if_cached(proxy, key, "How do I rotate my signing keys please").status_code == 504
@@ -204,3 +203,44 @@ def test_a_semantic_hit_of_an_unstored_request_gets_a_fresh_id(
     assert h["x-cachekit-cache"] == "SEMANTIC_HIT"
     assert para.id != first.id and para.id.startswith("resp_ck")
     assert h["x-cachekit-response-id"] == para.id
+
+
+def test_a_semantic_hit_id_is_never_continued_upstream(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
+    """Continuing from (or fetching) a semantic hit's id is refused with the reason, never
+    forwarded: upstream that id is unknown, and the stored answer's id is another prompt's."""
+    first, _ = create(client, "How do I renew my passport online")
+    wait_stored(proxy, key, "How do I renew my passport online")
+    para, h = create(client, "How do I renew my passport online please")
+    assert h["x-cachekit-cache"] == "SEMANTIC_HIT" and para.id.startswith("resp_ck")
+    before = calls(upstream, key)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model=MODEL, input="And in Spain?", previous_response_id=para.id)
+    assert bad.value.code == "semantic_hit_not_stored" and para.id in bad.value.message
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.retrieve(para.id)
+    assert missing.value.code == "semantic_hit_not_stored"
+    assert calls(upstream, key) == before
+    # The upstream's own ids (an exact answer's) continue as ever.
+    follow, _ = create(client, "And in Spain?", previous_response_id=first.id)
+    assert follow.id != first.id
+
+
+def test_an_unstored_answer_never_answers_a_request_stored_upstream(
+    proxy: ProxyProcess, upstream: FakeUpstream, client: openai.OpenAI, key: str
+) -> None:
+    """``store`` is keyed: an answer fetched with ``store: false`` has an id the upstream never
+    stored, so a default (stored) request, whose caller may continue from the id it gets, is
+    never served it; absent ``store`` and ``store: true`` share an entry."""
+    text = "What is the tallest mountain in Africa"
+    unstored, _ = create(client, text, store=False)
+    wait_stored(proxy, key, text, store=False)
+    assert only_if_cached(proxy, key, text).status_code == 504
+    stored, h = create(client, text)
+    assert h["x-cachekit-cache"] == "MISS" and stored.id != unstored.id
+    assert calls(upstream, key) == 2
+    wait_stored(proxy, key, text)
+    assert only_if_cached(proxy, key, text, store=True).json()["id"] == stored.id
+    assert only_if_cached(proxy, key, text, store=False).json()["id"] == unstored.id
+    assert calls(upstream, key) == 2

@@ -2,7 +2,8 @@
 ``cachekit replay`` and the OpenAI client adapter.
 
 * :mod:`cachekit.llm.rules`: cached endpoints, validation (:class:`RequestError`), exact key,
-  semantic text and scope, tenants, response cacheability.
+  semantic text and scope, tenants, response cacheability; the body and field checks
+  themselves (JSON bounds, types, integer ranges) are :mod:`cachekit.llm.checks`.
 * :mod:`cachekit.llm.streaming`: SSE chunks assembled into one completion, and a stored
   completion replayed as a stream; :mod:`cachekit.llm.responses_stream`: the same for the
   Responses API's typed event stream.

@@ -8,8 +8,11 @@ A streamed ``POST /v1/responses`` answers with typed server-sent events (``event
 
 * :class:`ResponsesStreamAssembler` reads a relayed stream: the terminal ``response.completed``
   event carries the whole final response, which is what is stored, and only when no ``error``
-  or ``response.failed`` event came, the response's ``status`` is ``completed`` and nothing but
-  comments followed it. It splits and bounds events as :class:`StreamAssembler` does.
+  or ``response.failed`` event came, the response's ``status`` is ``completed``, nothing but
+  comments followed it, and the response says what the client was sent: the text, refusal and
+  function-call argument deltas, concatenated per output item and content part, equal the final
+  response's parts (a client that prints deltas must not see one answer while another is
+  stored). It splits and bounds events as :class:`StreamAssembler` does.
 * :func:`response_events` / :func:`responses_sse` replay a stored response as a well-formed
   stream: the same events a live one carries, with sequence numbers from 0 and each text in
   several deltas.
@@ -23,22 +26,86 @@ from typing import Any
 
 from cachekit.llm.streaming import StreamAssembler, only_comments, split_text
 
-__all__ = ["TERMINAL_EVENTS", "ResponsesStreamAssembler", "response_events", "responses_sse"]
+__all__ = [
+    "DELTA_EVENTS",
+    "TERMINAL_EVENTS",
+    "ResponsesStreamAssembler",
+    "response_events",
+    "responses_sse",
+]
 
 #: The events that end a Responses stream; only ``response.completed`` may be stored.
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
 )
 
+#: The delta events checked against the final response, and the field of the final response's
+#: part (or item, for function-call arguments) their concatenation must equal.
+DELTA_EVENTS: dict[str, str] = {
+    "response.output_text.delta": "text",
+    "response.refusal.delta": "refusal",
+    "response.function_call_arguments.delta": "arguments",
+}
+
+#: Where deltas go: (the final field, output index, content index or ``None`` for an item's).
+_Where = tuple[str, Any, Any]
+
+
+def _final_parts(response: dict[str, Any]) -> dict[_Where, Any]:
+    """The final response's streamed fields: each message part's ``text`` or ``refusal``, each
+    function call's ``arguments``, by where their deltas would come."""
+    found: dict[_Where, Any] = {}
+    output = response.get("output")
+    for i, item in enumerate(output if isinstance(output, list) else ()):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "function_call":
+            found["arguments", i, None] = item.get("arguments")
+        elif kind == "message":
+            content = item.get("content")
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
+                    field = "text" if part["type"] == "output_text" else "refusal"
+                    found[field, i, j] = part.get(field)
+    return found
+
+
+def _where(where: _Where) -> str:
+    field, i, j = where  # indices as the upstream sent them: bounded in the text
+    return f"{field} of output {str(i)[:20]}" + ("" if j is None else f" content {str(j)[:20]}")
+
+
+def _disagreement(sent: dict[_Where, list[str]], response: dict[str, Any]) -> str | None:
+    """How the deltas ``sent`` and the final ``response`` disagree, or ``None``: deltas for a
+    part the response lacks, a part whose text is not its deltas joined, or (when any deltas
+    came) a part with text that no delta carried."""
+    final = _final_parts(response)
+    for where, pieces in sent.items():
+        if where not in final:
+            return f"deltas for {_where(where)}, which the final response lacks"
+        if "".join(pieces) != final[where]:
+            return f"the final {_where(where)} is not its deltas joined"
+    if sent:
+        for where, value in final.items():
+            if where not in sent and value:
+                return f"the final {_where(where)} came in no delta"
+    return None
+
 
 class ResponsesStreamAssembler(StreamAssembler):
     """Feed it a Responses API event stream as it arrives (:meth:`feed_events`); :meth:`result`
-    is the final response once :attr:`complete`."""
+    is the final response once :attr:`complete`. :attr:`mismatch` says how the final response
+    disagreed with the deltas sent before it (then the stream is not complete)."""
 
     def __init__(self, **bounds: Any) -> None:
         super().__init__(**bounds)
         self._final: dict[str, Any] | None = None
         self._terminal: str | None = None
+        #: The deltas of :data:`DELTA_EVENTS` seen, by where they go; dropped at the end.
+        self._sent: dict[_Where, list[str]] = {}
+        #: How the final response disagreed with the deltas the client was sent, or ``None``.
+        self.mismatch: str | None = None
 
     def parse_event(self, event: bytes) -> dict[str, Any] | None:
         if self._terminal is not None:
@@ -59,7 +126,10 @@ class ResponsesStreamAssembler(StreamAssembler):
             self.broken = True
             return None
         self.chunks += 1
-        if kind in TERMINAL_EVENTS:
+        field = DELTA_EVENTS.get(kind)
+        if field is not None:
+            self._add_delta(field, obj)
+        elif kind in TERMINAL_EVENTS:
             self._terminal = kind
             self.done = True
             response = obj.get("response")
@@ -67,13 +137,26 @@ class ResponsesStreamAssembler(StreamAssembler):
                 self.broken = True
             else:
                 self._final = response
+                if self.mismatch is None:
+                    self.mismatch = _disagreement(self._sent, response)
+            self._sent = {}
         return obj
+
+    def _add_delta(self, field: str, event: dict[str, Any]) -> None:
+        delta = event.get("delta")
+        content = None if field == "arguments" else event.get("content_index")
+        where = (field, event.get("output_index"), content)
+        if not isinstance(delta, str):
+            self.mismatch = self.mismatch or f"a delta of {_where(where)} that is not a string"
+            return
+        self._sent.setdefault(where, []).append(delta)
 
     @property
     def incomplete_reason(self) -> str | None:
         """Why the stream may not be stored, or ``None``: an ``error`` or ``response.failed``
-        event (or an undecodable one), a bound passed, no terminal event, data after it, or a
-        final response that is not ``completed``."""
+        event (or an undecodable one), a bound passed, no terminal event, data after it, a
+        final response that is not ``completed``, or one that is not what its deltas said
+        (``mismatch: ...``, :attr:`mismatch`)."""
         if self.broken:
             return "error event" if self._terminal != "response.incomplete" else "incomplete"
         if self.too_large:
@@ -84,7 +167,18 @@ class ResponsesStreamAssembler(StreamAssembler):
             return "data after response.completed"
         if self._final.get("status") != "completed":
             return f"status {self._final.get('status')}"
+        if self.mismatch is not None:
+            return f"mismatch: {self.mismatch}"
         return None
+
+    @property
+    def not_stored_reason(self) -> str | None:
+        """:attr:`StreamAssembler.not_stored_reason`, and ``stream_mismatch`` for a final
+        response that disagreed with the deltas sent (:attr:`mismatch`)."""
+        why = super().not_stored_reason
+        if why == "incomplete_stream" and (self.incomplete_reason or "").startswith("mismatch"):
+            return "stream_mismatch"
+        return why
 
     def result(self) -> dict[str, Any] | None:
         """The final response (what a non-streamed request would have returned), or ``None``."""

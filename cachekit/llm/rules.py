@@ -15,8 +15,12 @@ Vocabulary:
 * **exact key**: a digest of the canonical JSON (sorted keys, compact) of every request field
   that changes the answer, plus the endpoint, the tenant and the namespace. Fields that do not
   change the answer (:data:`IGNORED_FIELDS`: ``user``, ``stream``, ``stream_options``,
-  ``metadata``, ``store``, ``service_tier`` ...) are left out, so a streamed and a non-streamed
-  request share an entry.
+  ``metadata``, ``service_tier`` ...) are left out, so a streamed and a non-streamed request
+  share an entry. ``store`` is keyed (it changes what the answer's id means upstream: a stored
+  response can be continued from, :data:`STORE_DEFAULT`), and so is ``previous_response_id``.
+* **validation** (:func:`validate_request`, from :mod:`cachekit.llm.checks`): types, and every
+  integer field in its range (:data:`INTEGER_RANGES`, ``logit_bias``, token arrays), so that no
+  out-of-range request is keyed, forwarded or stored.
 * **semantic text**: the last user message (a string, or the concatenated ``text`` parts), a
   completion's string prompt, or a Responses request's ``input`` (a string, or its last item
   when that is a user message of text). ``None`` when the request is exact-only: ``n > 1``, a
@@ -32,12 +36,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from cachekit.llm.checks import (
+    CACHED_ENDPOINTS,
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    INT64_MAX,
+    INT64_MIN,
+    INTEGER_RANGES,
+    LOGIT_BIAS_RANGE,
+    MAX_COUNT,
+    MAX_JSON_DEPTH,
+    RESPONSES,
+    check_depth,
+    parse_body,
+    validate_request,
+)
 from cachekit.llm.errors import RequestError
 from cachekit.llm.tenants import (
     CREDENTIAL_HEADERS,
@@ -55,9 +74,15 @@ __all__ = [
     "CREDENTIAL_HEADERS",
     "EMBEDDINGS",
     "IGNORED_FIELDS",
+    "INT64_MAX",
+    "INT64_MIN",
+    "INTEGER_RANGES",
+    "LOGIT_BIAS_RANGE",
+    "MAX_COUNT",
     "MAX_JSON_DEPTH",
     "MAX_RESPONSE_ID",
     "RESPONSES",
+    "STORE_DEFAULT",
     "LLMRequest",
     "RequestError",
     "TenantResolver",
@@ -78,11 +103,6 @@ __all__ = [
     "validate_request",
 ]
 
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
-RESPONSES = "/v1/responses"
-CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES})
 
 #: Request fields that never change the answer's content: left out of keys and scopes.
 IGNORED_FIELDS: frozenset[str] = frozenset(
@@ -91,13 +111,18 @@ IGNORED_FIELDS: frozenset[str] = frozenset(
         "stream",
         "stream_options",
         "metadata",
-        "store",
         "service_tier",
         "prompt_cache_key",
         "prompt_cache_retention",
         "safety_identifier",
     }
 )
+
+#: ``store``'s default by endpoint (chat: false, Responses: true). ``store`` changes what the
+#: answer's id means upstream (a stored response can be continued from or fetched by id, an
+#: unstored one cannot), so it is keyed, absent and the default being one value: the key holds it
+#: only when it is not the default. Other endpoints have no ``store``: left out.
+STORE_DEFAULT: Mapping[str, bool] = {CHAT: False, RESPONSES: True}
 
 #: Finish reasons of a complete answer. ``length`` (truncated) is cacheable only on request.
 _COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "eos"})
@@ -113,59 +138,6 @@ def endpoint_of(path: str) -> str | None:
     if len(p) > 1 and p.endswith("/"):
         p = p[:-1]
     return p if p in CACHED_ENDPOINTS else None
-
-
-#: Deepest nesting of objects and arrays accepted in a request body (the body itself is level 1):
-#: deeper bodies are refused with 400 before anything that recurses sees them.
-MAX_JSON_DEPTH = 64
-
-
-def _too_deep(limit: int) -> RequestError:
-    return RequestError(
-        f"The JSON body of your request is nested too deeply: the limit is {limit} levels of "
-        "objects and arrays.",
-        code="json_too_deep",
-    )
-
-
-def check_depth(value: Any, raw: bytes | str | None = None, limit: int = MAX_JSON_DEPTH) -> None:
-    """:class:`RequestError` (400) when ``value`` nests objects and arrays more than ``limit``
-    levels deep. Iterative: safe on any depth. ``raw``, the text ``value`` was parsed from, gives
-    a fast path: with at most ``limit`` brackets in it, no walk is needed."""
-    if raw is not None:
-        if isinstance(raw, str):
-            brackets = raw.count("{") + raw.count("[")
-        else:
-            brackets = raw.count(b"{") + raw.count(b"[")
-        if brackets <= limit:
-            return
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, dict):
-            children: Iterable[Any] = v.values()
-        elif isinstance(v, list):
-            children = v
-        else:
-            continue
-        if depth > limit:
-            raise _too_deep(limit)
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-
-
-def parse_body(raw: bytes | str) -> dict[str, Any]:
-    """Decode a JSON request body; :class:`RequestError` unless it is a JSON object nested at
-    most :data:`MAX_JSON_DEPTH` levels deep."""
-    try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise _too_deep(MAX_JSON_DEPTH) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(f"We could not parse the JSON body of your request: {exc}") from None
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    check_depth(body, raw)
-    return body
 
 
 #: Longest response id accepted by :func:`parse_feedback`.
@@ -194,139 +166,6 @@ def parse_feedback(raw: bytes | str) -> tuple[str, bool]:
     return rid, correct
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _check(cond: bool, message: str, param: str) -> None:
-    if not cond:
-        raise RequestError(message, param=param)
-
-
-_NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
-_INT_FIELDS = (
-    "max_tokens",
-    "max_completion_tokens",
-    "max_output_tokens",
-    "max_tool_calls",
-    "seed",
-    "top_logprobs",
-    "dimensions",
-)
-
-
-def _check_common(body: Mapping[str, Any], model_optional: bool = False) -> None:
-    model = body.get("model")
-    _check(
-        (model is None and model_optional) or (isinstance(model, str) and bool(model)),
-        "you must provide a model parameter",
-        "model",
-    )
-    for name in _NUMBER_FIELDS:
-        v = body.get(name)
-        _check(v is None or _is_number(v), f"'{name}' must be a number", name)
-    for name in _INT_FIELDS:
-        v = body.get(name)
-        _check(v is None or _is_int(v), f"'{name}' must be an integer", name)
-    n = body.get("n")
-    _check(n is None or (_is_int(n) and n >= 1), "'n' must be an integer >= 1", "n")
-    stream = body.get("stream")
-    _check(stream is None or isinstance(stream, bool), "'stream' must be a boolean", "stream")
-    so = body.get("stream_options")
-    _check(
-        so is None or isinstance(so, dict), "'stream_options' must be an object", "stream_options"
-    )
-    stop = body.get("stop")
-    _check(
-        stop is None
-        or isinstance(stop, str)
-        or (isinstance(stop, list) and all(isinstance(s, str) for s in stop)),
-        "'stop' must be a string or a list of strings",
-        "stop",
-    )
-    for name in ("tools", "functions"):
-        v = body.get(name)
-        _check(
-            v is None or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
-            f"'{name}' must be a list of objects",
-            name,
-        )
-    for name in ("response_format", "logit_bias", "text", "reasoning"):
-        v = body.get(name)
-        _check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
-    for name in ("instructions", "previous_response_id"):
-        v = body.get(name)
-        _check(v is None or isinstance(v, str), f"'{name}' must be a string", name)
-    include = body.get("include")
-    _check(
-        include is None or (isinstance(include, list) and all(isinstance(i, str) for i in include)),
-        "'include' must be an array of strings",
-        "include",
-    )
-
-
-def _check_messages(messages: Any) -> None:
-    _check(
-        isinstance(messages, list) and len(messages) > 0,
-        "'messages' must be a non-empty array",
-        "messages",
-    )
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        _check(isinstance(m, dict), f"'{where}' must be an object", where)
-        _check(isinstance(m.get("role"), str), f"'{where}.role' must be a string", where)
-        c = m.get("content")
-        _check(
-            c is None
-            or isinstance(c, str)
-            or (isinstance(c, list) and all(isinstance(p, dict) for p in c)),
-            f"'{where}.content' must be a string or an array of content parts",
-            where,
-        )
-
-
-def _is_token_list(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_int(x) for x in v)
-
-
-def _check_input(value: Any, name: str) -> None:
-    ok = (
-        isinstance(value, str)
-        or _is_token_list(value)
-        or (
-            isinstance(value, list)
-            and len(value) > 0
-            and all(isinstance(x, str) or _is_token_list(x) for x in value)
-        )
-    )
-    _check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
-
-
-def _check_responses_input(body: Mapping[str, Any]) -> None:
-    prompt = body.get("prompt")  # a stored prompt's reference (completions: the text itself)
-    _check(prompt is None or isinstance(prompt, dict), "'prompt' must be an object", "prompt")
-    value = body.get("input")
-    if value is None:
-        _check(
-            body.get("previous_response_id") is not None
-            or body.get("prompt") is not None
-            or body.get("conversation") is not None,
-            "you must provide an input parameter",
-            "input",
-        )
-        return
-    _check(
-        isinstance(value, str)
-        or (isinstance(value, list) and all(isinstance(i, dict) for i in value)),
-        "'input' must be a string or an array of input items",
-        "input",
-    )
-
-
 def passthrough_reason(endpoint: str, body: Mapping[str, Any]) -> str | None:
     """Why a request is forwarded without looking it up or storing it, or ``None``: a Responses
     request run in the ``background`` (the upstream answers later, by id), or one continuing a
@@ -339,29 +178,6 @@ def passthrough_reason(endpoint: str, body: Mapping[str, Any]) -> str | None:
     if body.get("conversation") is not None:
         return "conversation"
     return None
-
-
-def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
-    """Check a decoded body for ``endpoint``; returns it, or raises :class:`RequestError` with
-    the offending ``param`` (missing model or messages, wrong types). Unknown fields pass:
-    the upstream may support more than we know of."""
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    if endpoint not in CACHED_ENDPOINTS:
-        raise ValueError(f"not a cached endpoint: {endpoint!r}")
-    # A Responses request may take its model from a stored prompt.
-    _check_common(body, model_optional=endpoint == RESPONSES and body.get("prompt") is not None)
-    if endpoint == CHAT:
-        _check_messages(body.get("messages"))
-    elif endpoint == RESPONSES:
-        _check_responses_input(body)
-    elif endpoint == COMPLETIONS:
-        _check("prompt" in body, "you must provide a prompt parameter", "prompt")
-        _check_input(body["prompt"], "prompt")
-    else:
-        _check("input" in body, "you must provide an input parameter", "input")
-        _check_input(body["input"], "input")
-    return body
 
 
 # ---------------------------------------------------------------------- keys and scope
@@ -393,14 +209,24 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=_KEY_DIGEST).hexdigest()
 
 
-def _answer_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in IGNORED_FIELDS and v is not None}
+def _answer_fields(endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a key is made of: not ignored, not ``null``; ``store`` only when it is not
+    its endpoint's default (and not at all where there is no ``store``), ``background`` only
+    when true (such a request is never looked up, :func:`passthrough_reason`)."""
+    fields = {k: v for k, v in body.items() if k not in IGNORED_FIELDS and v is not None}
+    store = fields.pop("store", None)
+    default = STORE_DEFAULT.get(endpoint)
+    if default is not None and store is not None and store != default:
+        fields["store"] = store
+    if fields.get("background") is False:
+        del fields["background"]
+    return fields
 
 
 def exact_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: str = "") -> str:
     """The exact-match key: ``llm:x:`` and a digest of the canonical JSON of the endpoint,
     tenant, namespace and every field that changes the answer. ``null`` fields count as absent."""
-    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": _answer_fields(body)}
+    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": _answer_fields(endpoint, body)}
     return "llm:x:" + _digest(canonical_json(payload))
 
 
@@ -462,7 +288,7 @@ def scope_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: st
     """The digest of everything but the semantic text: endpoint, model, parameters, system
     prompt, earlier turns, the last message's other fields, tools, response_format, tenant,
     namespace. Meaningful when :func:`semantic_text` is not ``None``."""
-    fields = _answer_fields(body)
+    fields = _answer_fields(endpoint, body)
     if endpoint == CHAT and isinstance(fields.get("messages"), list):
         msgs = list(fields["messages"])
         last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}

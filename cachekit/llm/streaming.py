@@ -313,6 +313,16 @@ class StreamAssembler:
         """Whether the stream may be stored: :attr:`incomplete_reason` is ``None``."""
         return self.incomplete_reason is None
 
+    @property
+    def not_stored_reason(self) -> str | None:
+        """Why a stream that ended may not be stored, as a metric label (the proxy's
+        ``cachekit_proxy_not_stored_total{reason}``), or ``None`` when it is complete:
+        ``too_large`` past a bound, else ``incomplete_stream`` (:attr:`incomplete_reason` says
+        more). A Responses stream adds ``stream_mismatch``."""
+        if self.too_large:
+            return "too_large"
+        return None if self.complete else "incomplete_stream"
+
     def result(self) -> dict[str, Any] | None:
         """The assembled completion, or ``None`` when nothing usable arrived."""
         if not self._choices:

@@ -49,6 +49,7 @@ from cachekit.llm import (
     responses_sse,
     sse_stream,
 )
+from cachekit.llm.hit_ids import check_continuable, hit_id, response_id_in
 from cachekit.llm.rules import caller_key
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
@@ -61,7 +62,6 @@ from cachekit.proxy.headers import (
     parse_controls,
     response_headers,
 )
-from cachekit.proxy.hit_ids import check_continuable, hit_id, response_id_in
 from cachekit.proxy.http import (
     JSON,
     RelayResponse,
@@ -513,10 +513,9 @@ class Proxy:
             finished = True
         finally:
             await release()
-            if finished and asm.too_large:
-                self.metrics.not_kept("too_large")
-            elif not finished or not asm.complete:
-                self.metrics.not_kept("incomplete_stream")
+            why = asm.not_stored_reason if finished else "incomplete_stream"
+            if why is not None:
+                self.metrics.not_kept(why)
             elif not controls.no_store:
                 self._spawn(self._store(req, 200, asm.result(), controls.ttl))
 

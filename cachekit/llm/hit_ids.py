@@ -1,5 +1,6 @@
 """The ids of semantic hits: fresh ones, in the stored answer's style, that no upstream ever
-made, and the refusal of a request that tries to continue from (or fetch) one.
+made, and the refusal of a request that tries to continue from (or fetch) one. The proxy and the
+client adapter (``cachekit.adapters.openai``) both follow it.
 
 A semantic hit's stored answer was made for another prompt: upstream (the Responses API), its id
 names that prompt's history, so a client continuing from it (``previous_response_id``) would
@@ -14,7 +15,8 @@ import re
 import secrets
 from typing import Any
 
-from cachekit.llm import CHAT, RESPONSES, RequestError
+from cachekit.llm.errors import RequestError
+from cachekit.llm.rules import CHAT, RESPONSES
 
 __all__ = ["HIT_ID", "check_continuable", "hit_id", "response_id_in"]
 
@@ -35,7 +37,7 @@ def check_continuable(response_id: Any, status: int = 400) -> None:
     fetched (404 for ``/v1/responses/{id}``)."""
     if isinstance(response_id, str) and HIT_ID.fullmatch(response_id):
         raise RequestError(
-            f"Response {response_id} is a semantic cache hit served by the cachekit proxy: the "
+            f"Response {response_id} is a semantic cache hit served by cachekit: the "
             "upstream never stored it, so it cannot be continued or fetched. Continue by sending "
             "the conversation so far as input, or send requests you will continue with "
             "Cache-Control: no-cache.",
