@@ -327,12 +327,16 @@ def test_check_depth_is_iterative_and_exact() -> None:
 # ---------------------------------------------------------------------- slow clients
 
 
+@pytest.mark.parametrize("path", [CHAT, "/v1/files"], ids=["cached", "passthrough"])
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
-def test_a_body_slower_than_the_timeout_is_408(proxy: ProxyProcess, framing: str) -> None:
+def test_a_body_slower_than_the_timeout_is_408(
+    proxy: ProxyProcess, framing: str, path: str
+) -> None:
+    """On every route: a passthrough body is read whole before the upstream is asked."""
     url = urlsplit(proxy.url)
     assert url.hostname and url.port
     length = "Content-Length: 100" if framing == "content-length" else "Transfer-Encoding: chunked"
-    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{length}\r\n\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{length}\r\n\r\n"
     part = b'{"model"' if framing == "content-length" else b'8\r\n{"model"\r\n'
     with socket.create_connection((url.hostname, url.port), timeout=15.0) as sock:
         sock.sendall(head.encode() + part)  # then nothing more: the proxy must not wait forever
@@ -348,6 +352,8 @@ def test_a_body_slower_than_the_timeout_is_408(proxy: ProxyProcess, framing: str
     assert "did not arrive within 1 seconds" in body["error"]["message"]
     assert body["error"]["code"] == "request_timeout"
     assert proxy.metric("cachekit_proxy_errors_total", reason="body_timeout") >= 1
+    if path != CHAT:
+        assert b"x-cachekit-cache: passthrough" in reply.lower()
 
 
 def _read_until_closed(sock: socket.socket) -> bytes:
