@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     "cachekit.semantic.tier_counters": MECHANISMS,
     "cachekit.semantic.rwlock": MECHANISMS,
     "cachekit.semantic.slot_lexicon": MECHANISMS,
+    "cachekit.semantic.slot_order": MECHANISMS,
     "cachekit.semantic.slot_parse": MECHANISMS,
     "cachekit.semantic.shared_store": MECHANISMS,
     "cachekit.semantic.policy": MECHANISMS,

@@ -1,5 +1,6 @@
 """The slot guard (cachekit.semantic.slots): each rule on its own, property tests that random
-number, name and negation swaps never hit, paraphrases that keep their slots still hit, and the
+number, name, negation and role swaps never hit, paraphrases that keep their slots (and their
+roles) still hit, code that differs by a character never hits, and the
 rules through the tier in both call forms, the policies, telemetry and the LLM cache config.
 
 Through the tier the tests use :class:`SameVectorTestEmbedder`, which gives every text the same
@@ -27,7 +28,13 @@ from cachekit.replay.runner import ReplayOptions, run_replay
 from cachekit.semantic.error_bounded import ErrorBoundedPolicy
 from cachekit.semantic.policies import build_policy
 from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy, guard_of
-from cachekit.semantic.slots import DEFAULT_GUARD, SlotGuard, refusal_kind, text_slots
+from cachekit.semantic.slots import (
+    DEFAULT_GUARD,
+    REFUSAL_KINDS,
+    SlotGuard,
+    refusal_kind,
+    text_slots,
+)
 from cachekit.semantic.verifier import VerifiedPolicy
 
 
@@ -81,6 +88,8 @@ REFUSED = [
     ("Summarize https://example.com/a", "Summarize https://example.com/b", "identifiers"),
     ("Email alice@example.com the invoice", "Email bob@example.com the invoice", "identifiers"),
     ('What does "carpe diem" mean?', 'What does "memento mori" mean?', "identifiers"),
+    ("Explain the pattern ```^[a-z]+$```", "Explain the pattern ```^[A-Z]+$```", "code"),
+    ("Bus times from Lyon to Geneva", "Bus times from Geneva to Lyon", "order"),
 ]  # fmt: skip
 
 KEPT = [
@@ -167,6 +176,141 @@ def test_rules_can_be_turned_off_and_settings_are_checked() -> None:
             SlotGuard(window_tokens=bad)  # type: ignore[arg-type]
 
 
+# ---------------------------------------------------------------------- order and code
+
+ORDER_SWAPS = [
+    ("Train times from Lyon to Geneva", "Train times from Geneva to Lyon"),
+    ("Train times from Lyon to Geneva", "Train times to Lyon from Geneva"),
+    ("Rome -> Naples bus schedule", "Naples -> Rome bus schedule"),
+    ("Translate this from Italian into Dutch", "Translate this from Dutch into Italian"),
+    ("Convert GBP to JPY", "Convert JPY to GBP"),
+    ("convert fahrenheit to celsius", "convert celsius to fahrenheit"),
+    ("How do I cast a float to an int in C?", "How do I cast an int to a float in C?"),
+    ("Merge develop into main", "Merge main into develop"),
+    ("Is Norway richer than Sweden?", "Is Sweden richer than Norway?"),
+    ("Does Lima have more people than Quito?", "Does Quito have more people than Lima?"),
+    ("Is 12 more than 9?", "Is 9 more than 12?"),
+    ("Is seven more than 5?", "Is 5 more than 7?"),
+    ("Why choose Vue over Svelte?", "Why choose Svelte over Vue?"),
+    ("Why use Rust rather than Go?", "Why use Go rather than Rust?"),
+    ("Why is Quora superior to Reddit?", "Why is Reddit superior to Quora?"),
+    ("Did Spain beat Italy in 2012?", "Did Italy beat Spain in 2012?"),
+    ("Did Spain beat Italy in 2012?", "Was Spain beaten by Italy in 2012?"),
+    ("Has Ajax ever won against Porto?", "Has Porto ever won against Ajax?"),
+    ("Why did the US attack Japan?", "Why did Japan attack the US?"),
+    ("A letter from a buyer to a seller", "A letter from a seller to a buyer"),
+    ("Can an employee sue an employer?", "Can an employer sue an employee?"),
+    ("Can a landlord evict a tenant?", "Can a tenant evict a landlord?"),
+    ("Replace tabs with spaces in vim", "Replace spaces with tabs in vim"),
+]  # fmt: skip
+
+ORDER_KEPT = [
+    # the same roles in another order of words
+    ("How do I get from Lyon to Geneva?", "What's the quickest way to Geneva from Lyon?"),
+    ("Translate Italian to Dutch", "Please translate into Dutch from Italian"),
+    ("Did Spain beat Italy in 2012?", "Was Italy beaten by Spain in 2012?"),
+    ("Did Spain beat Italy in 2012?", "Did Italy lose to Spain in 2012?"),
+    ("Can a landlord evict a tenant?", "Can a tenant be evicted by a landlord?"),
+    ("Is Norway richer than Sweden?", "Is Norway wealthier than Sweden?"),
+    ("Should I move to Canada from India?", "Should I move from India to Canada?"),
+    ("How do I redirect HTTP to HTTPS?", "How do I use HTTPS instead of HTTP?"),
+    # orders that do not matter
+    ("Train times between Lyon and Geneva", "Train times between Geneva and Lyon"),
+    ("Lyon or Geneva for a weekend?", "Geneva or Lyon for a weekend?"),
+    ("Compare Vue with Svelte", "Compare Svelte with Vue"),
+    ("Compare Vue to Svelte", "Compare Svelte to Vue"),
+    ("Vue vs Svelte: which is better?", "Svelte vs Vue: which is better?"),
+    ("How far is it from Lyon to Geneva?", "How far is it from Geneva to Lyon?"),
+    ("What is the difference between a lender and a borrower?",
+     "What is the difference between a borrower and a lender?"),
+    ("Is Italian similar to Spanish?", "Is Spanish similar to Italian?"),
+    # infinitives and frames with nothing to swap
+    ("What music is good to listen to?", "Where can I listen to good music?"),
+    ("If a landlord won't fix the heating, what can the tenant do?",
+     "What can a tenant do if the landlord won't fix the heating?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "candidate"), ORDER_SWAPS)
+def test_swapped_roles_are_refused(query: str, candidate: str) -> None:
+    assert kind_of(query, candidate) == "order"
+    assert kind_of(candidate, query) == "order"
+
+
+@pytest.mark.parametrize(("query", "candidate"), ORDER_KEPT)
+def test_kept_roles_and_symmetric_orders_pass(query: str, candidate: str) -> None:
+    assert DEFAULT_GUARD.check(query, candidate) is None
+    assert DEFAULT_GUARD.check(candidate, query) is None
+
+
+def test_an_order_reason_names_the_values() -> None:
+    assert DEFAULT_GUARD.check("Flights from Lyon to Geneva", "Flights from Geneva to Lyon") == (
+        "slots: order lyon -> geneva != geneva -> lyon"
+    )
+    # Both orders in one text: nothing to tell apart.
+    both = "Trains from Lyon to Geneva and from Geneva to Lyon"
+    assert DEFAULT_GUARD.check(both, "Trains from Geneva to Lyon and from Lyon to Geneva") is None
+
+
+CODE_REFUSED = [
+    ("Explain the regex ```^[a-z]+$```", "Explain the regex ```^[A-Z]+$```"),
+    ("What does `ls -l` print?", "What does `ls -L` print?"),
+    ("Why is ```x = y``` wrong?", "Why is ```x == y``` wrong?"),
+    ("Is `SELECT * FROM Users` right?", "Is `SELECT * FROM users` right?"),
+    ("Fix this:\n```python\nprint(Name)\n```", "Fix this:\n```python\nprint(name)\n```"),
+    ("What does `a === b` return?", "What does `a == b` return?"),
+    # code in one text only
+    ("Explain the regex ```^[a-z]+$```", "Explain the regex"),
+    ("Explain the regex ```^[a-z]+$```", "Explain the regex ^[A-Z]+$"),
+]  # fmt: skip
+CODE_KEPT = [
+    ("Explain the regex ```^[a-z]+$```", "What does the regex `^[a-z]+$` match?"),
+    ("Fix:\n```python\nx = 1\ny = 2\n```", "Fix:\r\n```python\r\nx = 1  \r\ny = 2\r\n```"),
+    ("Fix this:\n```python\nx = 1\n```", "Fix this: ```x = 1```"),  # the language is no code
+    ("What does `os.path.join` do?", "what does os.path.join do"),  # written out as it is
+    ("Why do `a` and `b` differ?", "Why do `b` and `a` differ?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "candidate"), CODE_REFUSED)
+def test_code_must_match_exactly(query: str, candidate: str) -> None:
+    reason = DEFAULT_GUARD.check(query, candidate)
+    assert reason is not None and DEFAULT_GUARD.check(candidate, query) is not None
+    # Whichever rule sees it first, the code rule alone refuses it too.
+    only_code = SlotGuard(numbers=False, negation=False, opposites=False, names=False,
+                          identifiers=False, order=False)  # fmt: skip
+    assert kind_of(query, candidate, only_code) == "code"
+    assert kind_of(candidate, query, only_code) == "code"
+
+
+@pytest.mark.parametrize(("query", "candidate"), CODE_KEPT)
+def test_the_same_code_passes(query: str, candidate: str) -> None:
+    assert DEFAULT_GUARD.check(query, candidate) is None
+    assert DEFAULT_GUARD.check(candidate, query) is None
+
+
+def test_a_code_reason_shows_the_code() -> None:
+    assert DEFAULT_GUARD.check("Explain ```^[a-z]+$```", "Explain ```^[A-Z]+$```") == (
+        "slots: code ^[a-z]+$ != ^[A-Z]+$"
+    )
+    assert DEFAULT_GUARD.check("Explain:\n```\n^[a-z]+$\n```", "Explain it") == (
+        "slots: code ^[a-z]+$ != none"
+    )
+
+
+def test_order_and_code_can_be_turned_off_and_are_counted() -> None:
+    swap = ("Bus times from Lyon to Geneva", "Bus times from Geneva to Lyon")
+    code = ("Explain ```^[a-z]+$```", "Explain ```^[A-Z]+$```")
+    assert SlotGuard(order=False).check(*swap) is None
+    assert SlotGuard(code=False).check(*code) is None
+    assert SlotGuard(code=False).check(*swap) is not None
+    assert SlotGuard(order=False).check(*code) is not None
+    assert "off=['code', 'order']" in repr(SlotGuard(order=False, code=False))
+    assert {"order", "code"} <= set(REFUSAL_KINDS)
+    assert refusal_kind("slots: order lyon -> geneva != geneva -> lyon") == "order"
+    assert refusal_kind("slots: code ^[a-z]+$ != ^[A-Z]+$") == "code"
+
+
 @pytest.mark.parametrize(
     ("text", "values"),
     [
@@ -237,6 +381,34 @@ def test_random_name_swaps_never_pass(template: str, a: str, b: str) -> None:
         assert kind_of(template.format(a), template.format(b)) == "names"
 
 
+DIRECTED = [
+    "How long is the flight from {} to {}?",
+    "Cheapest way to send a parcel to {1} from {0}?",
+    "Is {} bigger than {}?",
+    "Did {} beat {} last year?",
+    "{} -> {} converter",
+]
+UNDIRECTED = [
+    "What is the distance between {} and {}?",
+    "{} or {}: which should I visit?",
+    "Compare {} with {}.",
+    "{} vs {}: who won?",
+]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(DIRECTED), st.sampled_from(NAMES), st.sampled_from(NAMES))
+def test_random_role_swaps_never_pass(template: str, a: str, b: str) -> None:
+    if a != b:
+        assert kind_of(template.format(a, b), template.format(b, a)) == "order"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(UNDIRECTED), st.sampled_from(NAMES), st.sampled_from(NAMES))
+def test_orders_that_do_not_matter_pass(template: str, a: str, b: str) -> None:
+    assert DEFAULT_GUARD.check(template.format(a, b), template.format(b, a)) is None
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.sampled_from(NEGATION_PAIRS), st.sampled_from(["", "Please tell me: ", "Quick one. "]))
 def test_negations_never_pass(pair: tuple[str, str], prefix: str) -> None:
@@ -301,9 +473,7 @@ ONE_PER_RULE = [
 
 
 def test_one_per_rule_covers_every_kind() -> None:
-    assert sorted(kind for _, _, kind in ONE_PER_RULE) == sorted(
-        ["numbers", "negation", "opposites", "names", "identifiers", "truncated", "preamble"]
-    )
+    assert sorted(kind for _, _, kind in ONE_PER_RULE) == sorted(REFUSAL_KINDS)
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])

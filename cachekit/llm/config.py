@@ -37,7 +37,8 @@ class LLMCacheConfig:
     policy: str = "threshold"
     policy_setting: float | None = None
     #: ``False``: the hit policy's candidates skip the slot guard (numbers, negations, names,
-    #: identifiers, long prompts; see :mod:`cachekit.semantic.slots`). On by default.
+    #: identifiers, roles in another order, code, long prompts; see
+    #: :mod:`cachekit.semantic.slots`). On by default.
     slot_guard: bool = True
     #: ``False``: exact hits only (the embedding model is never loaded).
     semantic: bool = True

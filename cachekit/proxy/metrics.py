@@ -138,7 +138,7 @@ class ProxyMetrics:
         self.refusals = Counter(
             "cachekit_proxy_semantic_refusals",
             "Misses with a near entry, by why it was not served (numbers, negation, opposites, "
-            "names, identifiers, preamble, truncated, threshold, demoted, policy).",
+            "names, identifiers, order, code, preamble, truncated, threshold, demoted, policy).",
             ["reason"],
             registry=r,
         )

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--no-slot-guard",
         action="store_true",
-        help="serve neighbours whose numbers, negations, names or identifiers differ (not advised)",
+        help="serve neighbours whose numbers, names, roles or code differ (not advised)",
     )
     a("--config", help="TOML file: cache settings at top level, proxy settings in [proxy]")
     a("--workers", type=int, help="uvicorn worker processes (default 1)")

@@ -16,8 +16,26 @@ __all__ = [
     "NEGATIONS",
     "NOT_NAMES",
     "NUMBER_WORDS",
+    "ORDER_AUX",
+    "ORDER_FOR_VERBS",
+    "ORDER_FROM",
+    "ORDER_INFINITIVES",
+    "ORDER_JOINERS",
+    "ORDER_LOSE",
+    "ORDER_MARKERS",
+    "ORDER_SKIP",
+    "ORDER_STOP",
+    "ORDER_SUBORDINATE",
+    "ORDER_SYMMETRIC",
+    "ORDER_THAN",
+    "ORDER_TO",
+    "ORDER_TO_THAN",
+    "ORDER_VERBS",
+    "ORDER_WIN",
+    "ORDER_WITH_VERBS",
     "ORDINALS",
     "PARTICLES",
+    "PARTIES",
     "POLES",
     "POLE_WORDS",
     "SCALES",
@@ -282,3 +300,111 @@ FUNCTION_WORDS = frozenset(
     "you your we our us there here some any just also very really kindly thanks thank".split()
 )
 ARTICLES = frozenset("the a an my your our their this that it its python".split())
+
+
+# ------------------------------------------------------------------------------------ order
+# The order rule (``slots: order``) reads which of two slot values comes first in a directional
+# frame: "from X to Y", "X to Y", "X into Y", "X -> Y", "X than Y", "X over Y", "X beat Y",
+# "Y was beaten by X", "replace X with Y", "exchange X for Y". See ``slot_order``.
+
+#: "X to Y": the value after these words is the target.
+ORDER_TO = frozenset("to into towards toward onto -> --> => → ⟶".split())
+#: "from X": the source, wherever it stands in the clause ("to Oslo from Paris").
+ORDER_FROM = frozenset({"from"})
+#: "X than Y", "X rather than Y", "X over Y", "X instead of Y": X is preferred or compared to Y.
+ORDER_THAN = frozenset({"than", "over", "instead"})
+#: "X superior to Y", "prefer X to Y": a "to" that compares, as "than" does.
+ORDER_TO_THAN = frozenset(
+    "superior inferior preferable prefer prefers preferred preferring senior junior".split()
+)
+#: "X won against Y" ("against" alone names a fixture, which reads both ways).
+ORDER_WIN = frozenset("win wins won winning victory victories".split())
+#: "X lost to Y": Y beat X.
+ORDER_LOSE = frozenset("lose loses lost losing".split())
+#: "X <verb> Y", or "Y was <verb> by X": a doer and a done-to.
+ORDER_VERBS = frozenset(
+    "beat beats beaten beating defeat defeats defeated defeating outplay outplays outplayed "
+    "outscore outscores outscored overtake overtakes overtook overtaken outsell outsells outsold "
+    "outrank outranks outranked outperform outperforms outperformed eliminate eliminates "
+    "eliminated sue sues sued suing evict evicts evicted evicting hire hires hired fire fires "
+    "fired pay pays paid owe owes owed invade invades invaded invading attack attacks attacked "
+    "conquer conquers conquered kill kills killed acquire acquires acquired bully bullies "
+    "bullied scam scams scammed rob robs robbed exceed exceeds exceeded surpass surpasses "
+    "surpassed".split()
+)
+#: "replace X with Y" (but "compare X with Y" reads both ways).
+ORDER_WITH_VERBS = frozenset(
+    "replace replaces replaced replacing substitute substitutes substituted substituting".split()
+)
+#: "exchange X for Y".
+ORDER_FOR_VERBS = frozenset(
+    "exchange exchanges exchanged exchanging trade trades traded "
+    "trading swap swaps swapped swapping".split()
+)
+#: Verbs that, right after "to", make it an infinitive ("music to listen to", "votes to elect
+#: presidents"): no target follows.
+ORDER_INFINITIVES = frozenset(
+    "be do get make go come find use see know take give learn listen help catch elect work buy "
+    "sell pay keep let put say tell ask think try start stop become leave call feel look watch "
+    "read write speak talk hear play run move live stay visit travel eat drink sleep study teach "
+    "show build create improve increase reduce avoid prevent protect save spend earn win lose "
+    "join meet understand explain prove believe choose decide apply open close send receive "
+    "bring carry hold follow lead change turn grow lift break fix clean cook drive fly ride walk "
+    "swim sing dance draw paint check test measure compare convert translate install remove add "
+    "delete update upgrade download upload connect access enter sign register contact reach "
+    "handle manage deal cope treat cure heal lose gain attract impress convince persuade "
+    "motivate focus concentrate remember forget forgive survive succeed fail invest hire fire "
+    "tackle fight kill attack defend support post share answer solve".split()
+)
+#: Words whose clause reads both ways: "compare X to Y", "the distance from X to Y", "X vs Y",
+#: "the difference between X and Y", "is X similar to Y".
+ORDER_SYMMETRIC = frozenset(
+    "compare compared compares comparing comparison comparisons similar similarity "
+    "similarities equal equals equivalent identical close distance distances far "
+    "farther further difference differences different differ differs between vs versus "
+    "relationship relationships relation relations related married marry connected "
+    "compatible".split()
+)
+#: Between two parties these make a list, not an order ("a tenant and a landlord").
+ORDER_JOINERS = frozenset("and or nor vs versus between with & /".split())
+#: Skipped inside a slot phrase: articles, possessives, intensifiers ("from a tenant",
+#: "much bigger than", "rather than").
+ORDER_SKIP = frozenset(
+    "a an the my your our their his her its this that these those some any each every more "
+    "less much even far way rather lot ever already actually recently still".split()
+)
+#: Auxiliaries skipped before a verb frame ("was beaten", "has beaten").
+ORDER_AUX = frozenset(
+    "is are was were be been being get gets got has have had do does did will would can "
+    "could should may might must".split()
+)
+#: Words that start a clause of its own inside a sentence, for the parties' order.
+ORDER_SUBORDINATE = frozenset(
+    "if when whenever because while although though unless but since until once who whom "
+    "whose which".split()
+)
+#: Parties whose order is their role even without a frame: "can a landlord evict a tenant" is
+#: not "can a tenant evict a landlord".
+PARTIES = frozenset(
+    "tenant landlord renter lessee lessor buyer seller purchaser vendor employer employee boss "
+    "worker teacher student pupil professor doctor patient lawyer client lender borrower "
+    "creditor debtor plaintiff defendant prosecutor victim attacker sender recipient receiver "
+    "customer merchant supplier contractor subcontractor host guest parent child husband wife "
+    "boyfriend girlfriend landlady licensor licensee insurer insured franchisor franchisee "
+    "mother father son daughter".split()
+)
+#: Words that end a slot phrase (everything in ``FUNCTION_WORDS``, the markers and negations).
+ORDER_STOP = (
+    FUNCTION_WORDS
+    | ORDER_TO
+    | ORDER_FROM
+    | ORDER_THAN
+    | ORDER_JOINERS
+    | ORDER_AUX
+    | NEGATIONS
+    | frozenset({"against"})
+) - ORDER_SKIP
+#: A clause without one of these (or two parties) has no order to read.
+ORDER_MARKERS = (
+    ORDER_TO | ORDER_FROM | ORDER_THAN | ORDER_VERBS | frozenset({"against", "with", "for"})
+)

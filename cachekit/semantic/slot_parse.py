@@ -1,5 +1,6 @@
 """What the slot guard reads in a text (:func:`text_slots`): its numbers (with units and dates),
-names, identifiers, negations and opposite poles, and an estimate of its tokens. Pure and
+names, identifiers, negations, opposite poles, code spans and the order of its slots in
+directional frames (:mod:`cachekit.semantic.slot_order`), and an estimate of its tokens. Pure and
 memoised; the comparison of two texts' slots is :mod:`cachekit.semantic.slots`."""
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from cachekit.semantic.slot_lexicon import (
 from cachekit.semantic.slot_lexicon import (
     UNITS as _UNITS,
 )
+from cachekit.semantic.slot_order import order_pairs
 
 __all__ = ["CHARS_PER_TOKEN_MAX", "Number", "TextSlots", "estimate_tokens", "text_slots"]
 
@@ -157,6 +159,27 @@ class TextSlots:
     names: frozenset[str]
     identifiers: frozenset[str]
     anchored: frozenset[str]  # identifiers that count one-sided (URLs, emails, paths, quotes)
+    code: tuple[str, ...]  # code blocks and spans, as written (line ends normalised), sorted
+    order: frozenset[tuple[str, str, str]]  # (kind, first, second) of each directional frame
+    text: str  # the text itself, for finding another text's code in it
+
+
+_FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.DOTALL)
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_INFO = re.compile(r"\A[\w+#.-]*[ \t]*\n")  # a fenced block's language: ```python
+
+
+def _code(text: str) -> tuple[str, ...]:
+    """Fenced blocks (less the language name on the fence's line) and inline spans, as written:
+    only line endings and trailing whitespace (of each line, and blank lines around a block) are
+    normalised. Sorted: two texts with the same code in another order have the same code."""
+    if "`" not in text:
+        return ()
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    spans = [_INFO.sub("", m[1], count=1) for m in _FENCE.finditer(text)]
+    spans += _INLINE_CODE.findall(_FENCE.sub(" ", text))
+    out = ("\n".join(line.rstrip() for line in s.split("\n")).strip("\n") for s in spans)
+    return tuple(sorted(c for c in out if c.strip()))
 
 
 def _canon_number(raw: str, suffix: str | None) -> str:
@@ -440,6 +463,7 @@ def text_slots(text: str) -> TextSlots:
     tokens = [t.replace("'", "") for t in _TOKEN.findall(lowered)]
     token_set = frozenset(tokens)
     idents, anchored = _identifiers(normal, tokens)
+    code = _code(text)
     poles = frozenset(p for t in _pole_words(tokens, token_set) for p in _POLES[t])
     return TextSlots(
         words=tuple(tokens),
@@ -451,4 +475,7 @@ def text_slots(text: str) -> TextSlots:
         names=_names(normal),
         identifiers=idents,
         anchored=anchored,
+        code=code,
+        order=order_pairs(_FENCE.sub("\n", normal) if code else normal, token_set),
+        text=text,
     )

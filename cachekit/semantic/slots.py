@@ -33,6 +33,26 @@ after the similarity search and before the hit policy:
     calls()), file names and paths, command-line flags, URLs, emails, and the package named after
     ``install``/``import`` or before ``library``/``package``/``module``. An identifier in one text
     only (the other says nothing in its place) counts for URLs, emails, paths and quoted strings.
+``code``
+    Fenced blocks (```...```) and inline spans (`...`) must be the same, character for character
+    (case and symbols: ``^[a-z]+$`` is not ``^[A-Z]+$``); only line endings, trailing whitespace
+    and a block's language name (```python) are set aside. Code in one text only refuses, unless
+    the other text writes it out as it stands ("what does os.path.join do").
+``order``
+    The same slots in other roles: a directional frame of one text puts ``x`` before ``y`` and one
+    of the other puts ``y`` before ``x`` ("flights from Lyon to Geneva" / "... from Geneva to
+    Lyon", "translate Italian to Dutch" / "Dutch to Italian", "is 12 more than 9" / "is 9 more
+    than 12", "did Spain beat Italy" / "did Italy beat Spain", "a letter from a buyer to a
+    seller" / "from a seller to a buyer"). Frames: source and target ("from X to Y", "to Y from
+    X", "X to Y", "X into Y", "X -> Y", "replace X with Y", "exchange X for Y"), comparison and
+    preference ("X than Y", "X rather than / over / instead of Y", "X superior to Y"), doer and
+    done-to ("X beat / defeat / sue / evict ... Y", "Y was beaten by X", "X won against Y", "Y
+    lost to X", and two parties such as tenant/landlord or employer/employee in one clause, in
+    their order). A paraphrase that keeps the roles passes ("from Lyon to Geneva" / "to Geneva
+    from Lyon", "did Spain beat Italy" / "was Italy beaten by Spain"), and so do orders that do not
+    matter: "between X and Y", "X and Y", "X or Y", "X vs Y" (a comparison or a fixture, not a
+    result), and any clause with "compare", "difference", "distance", "similar", ...
+    (:mod:`cachekit.semantic.slot_order`).
 
 Every check is symmetric, pure Python and memoised per text, so a stored entry is parsed once:
 a check of a query against four candidates costs tens of microseconds (``bench/semantic_latency.py``
@@ -83,6 +103,8 @@ REFUSAL_KINDS = (
     "opposites",
     "names",
     "identifiers",
+    "code",
+    "order",
 )
 
 
@@ -240,6 +262,57 @@ def _anchored_missing(a: TextSlots, b: TextSlots) -> str | None:
     return None
 
 
+def _code_differs(a: TextSlots, b: TextSlots) -> str | None:
+    """Code must be the same, character for character: a block or span of one text that the
+    other has neither as code nor written out as it stands (``os.path.join`` for
+    `` `os.path.join` ``) refuses."""
+    only_a, only_b = _code_left(a, b), _code_left(b, a)
+    if not only_a and not only_b:
+        return None
+    return f"slots: code {_shown_code(only_a)} != {_shown_code(only_b)}"
+
+
+def _code_left(a: TextSlots, b: TextSlots) -> list[str]:
+    pool = list(b.code)
+    left = []
+    for c in a.code:
+        if c in pool:
+            pool.remove(c)
+        elif not _mentions_as_is(b.text, c):
+            left.append(c)
+    return left
+
+
+def _mentions_as_is(text: str, code: str) -> bool:
+    """``code`` stands in ``text`` as it is (case and all), not inside a longer word."""
+    start = text.find(code)
+    while start != -1:
+        end = start + len(code)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            return True
+        start = text.find(code, start + 1)
+    return False
+
+
+def _shown_code(code: list[str]) -> str:
+    if not code:
+        return "none"
+    one = " ".join(code[0].split())
+    return (one[:40] + "...") if len(one) > 40 else one
+
+
+def _order_differs(a: TextSlots, b: TextSlots) -> str | None:
+    """A frame of one text puts ``x`` before ``y`` and one of the other puts ``y`` before ``x``
+    (and neither text has both orders: "from Paris to Oslo and back from Oslo to Paris")."""
+    for kind, x, y in sorted(a.order):
+        swapped = (kind, y, x)
+        if swapped in b.order and (kind, x, y) not in b.order and swapped not in a.order:
+            return f"slots: order {x} -> {y} != {y} -> {x}"
+    return None
+
+
 def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
     """Words shared at the start, and at the end (never overlapping)."""
     limit = min(len(a), len(b))
@@ -272,15 +345,17 @@ class SlotGuard:
     ``window_tokens``: what the embedder reads (MiniLM: 256); a longer text is never a semantic
     hit. ``preamble_words``: shared words (start plus end) from which two texts count as one
     preamble with different endings. ``numbers``, ``negation``, ``opposites``, ``names``,
-    ``identifiers``: each rule can be turned off.
+    ``identifiers``, ``code``, ``order``: each rule can be turned off.
     """
 
     __slots__ = (
+        "code",
         "identifiers",
         "names",
         "negation",
         "numbers",
         "opposites",
+        "order",
         "preamble_words",
         "window_tokens",
     )
@@ -295,6 +370,8 @@ class SlotGuard:
         opposites: bool = True,
         names: bool = True,
         identifiers: bool = True,
+        code: bool = True,
+        order: bool = True,
     ) -> None:
         for label, v in (("window_tokens", window_tokens), ("preamble_words", preamble_words)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -306,6 +383,8 @@ class SlotGuard:
         self.opposites = opposites
         self.names = names
         self.identifiers = identifiers
+        self.code = code
+        self.order = order
 
     def check(self, query: str, candidate: str) -> str | None:
         """``None`` when ``candidate``'s answer may serve ``query`` as far as slots go, else the
@@ -339,11 +418,15 @@ class SlotGuard:
         if self.identifiers and a.identifiers != b.identifiers:
             yield _swapped("identifiers", a.identifiers, b.identifiers, a, b)
             yield _anchored_missing(a, b)
+        if self.code and (a.code or b.code):
+            yield _code_differs(a, b)
+        if self.order and a.order and b.order and a.order != b.order:
+            yield _order_differs(a, b)
 
     def __repr__(self) -> str:
         off = [
             n
-            for n in ("numbers", "negation", "opposites", "names", "identifiers")
+            for n in ("numbers", "negation", "opposites", "names", "identifiers", "code", "order")
             if not getattr(self, n)
         ]
         extra = f", off={off}" if off else ""
