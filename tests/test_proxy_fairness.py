@@ -21,7 +21,7 @@ import httpx
 import pytest
 from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
-from cachekit.llm import LLMRequest, prepare
+from cachekit.llm import prepare
 from cachekit.proxy.app import create_app
 from cachekit.proxy.config import ProxyConfig
 from cachekit.proxy.fairness import CallerLimits, caller_id
@@ -168,9 +168,9 @@ def test_the_memo_is_bounded_in_bytes_whatever_the_bodies_parse_into() -> None:
         for i in range(200):
             raw = inflated(i)
             assert len(raw) <= memo.max_body
-            memo.get_or_prepare(
-                CHAT, "t", "", raw, lambda raw=raw: prepare(CHAT, json.loads(raw), "t")
-            )
+            key = (CHAT, "t", "", raw)
+            if memo.get(key) is None:
+                memo.put(key, prepare(CHAT, json.loads(raw), "t"))
         grown = tracemalloc.get_traced_memory()[0] - start
     finally:
         tracemalloc.stop()
@@ -198,19 +198,19 @@ def test_the_size_estimate_is_an_upper_bound(shape: str) -> None:
 def test_the_memo_remembers_repeats_and_leaves_out_what_costs_too_much() -> None:
     memo = RequestMemo(max_bytes=1 << 20)
     raw = json.dumps({"model": "m", "messages": msgs("hello")}).encode()
-    made: list[LLMRequest] = []
-
-    def make() -> LLMRequest:
-        made.append(prepare(CHAT, json.loads(raw), "t"))
-        return made[-1]
-
-    first = memo.get_or_prepare(CHAT, "t", "", raw, make)
-    assert memo.get_or_prepare(CHAT, "t", "", raw, make) is first and len(made) == 1
-    memo.get_or_prepare(CHAT, "u", "", raw, make)  # another tenant: its own entry
-    assert len(made) == 2 and len(memo) == 2
-    # An entry over a sixteenth of the budget is prepared every time, never kept.
+    req = prepare(CHAT, json.loads(raw), "t")
+    assert memo.get((CHAT, "t", "", raw)) is None
+    memo.put((CHAT, "t", "", raw), req)
+    assert memo.get((CHAT, "t", "", bytes(raw))) is req  # the same body, another object
+    assert memo.get((CHAT, "u", "", raw)) is None  # another tenant: its own entry
+    memo.put((CHAT, "u", "", raw), req)
+    assert len(memo) == 2 and 0 < memo.bytes <= memo.max_bytes
+    # An entry over a sixteenth of the budget is prepared every time, never kept; so is a body
+    # over the length limit.
     big = inflated(0)
-    memo.get_or_prepare(CHAT, "t", "", big, lambda: prepare(CHAT, json.loads(big), "t"))
+    memo.put((CHAT, "t", "", big), prepare(CHAT, json.loads(big), "t"))
+    long = json.dumps({"model": "m", "messages": msgs("x" * 20_000)}).encode()
+    memo.put((CHAT, "t", "", long), prepare(CHAT, json.loads(long), "t"))
     assert len(memo) == 2
 
 

@@ -197,13 +197,12 @@ class Proxy:
     def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
         """:func:`prepare` of the body, remembered within a byte budget (:class:`RequestMemo`):
         a repeated request (what an exact hit is) skips parsing, validation and key hashing."""
-        return self._memo.get_or_prepare(
-            endpoint,
-            tenant,
-            namespace,
-            raw,
-            lambda: prepare(endpoint, loads(raw), tenant, namespace),
-        )
+        key = (endpoint, tenant, namespace, raw)
+        req = self._memo.get(key)
+        if req is None:
+            req = prepare(endpoint, loads(raw), tenant, namespace)
+            self._memo.put(key, req)
+        return req
 
     def _hold(self, request: Request) -> UpstreamCall | Response:
         """A hold on the upstream for this request's caller, or the 429 to send when the caller

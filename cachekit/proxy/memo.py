@@ -1,30 +1,38 @@
 """Prepared requests remembered by their body, bounded in bytes.
 
 A repeated request (what an exact hit is) skips parsing, validation and key hashing. Entries are
-found by a BLAKE2b digest of the body (the body itself is not kept) and charged what the parsed
-request costs in memory, estimated from above from the body's characters (:func:`estimated_size`):
-a body built to inflate when parsed (thousands of ``{}``) is charged its parsed size, not its
-length, and one costing more than a sixteenth of the budget is not kept at all. Oldest entries go
-first.
+found by the body itself (with the endpoint, tenant and namespace) and charged the body's bytes
+plus what the parsed request costs in memory, estimated from above from the body's characters
+(:func:`estimated_size`): a body built to inflate when parsed (thousands of ``{}``) is charged
+its parsed size, not its length, and one costing more than a sixteenth of the budget is not kept
+at all. Oldest entries go first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 from cachekit.llm import LLMRequest
 
-__all__ = ["MEMO_MAX_BODY", "MEMO_MAX_BYTES", "RequestMemo", "estimated_size", "parsed_size"]
+__all__ = [
+    "MEMO_MAX_BODY",
+    "MEMO_MAX_BYTES",
+    "MemoKey",
+    "RequestMemo",
+    "estimated_size",
+    "parsed_size",
+]
+
+#: ``(endpoint, tenant, namespace, body)``.
+MemoKey = tuple[str, str, str, bytes]
 
 #: Bytes of parsed requests remembered in all.
 MEMO_MAX_BYTES = 32 * 2**20
 #: Bodies longer than this (bytes) are prepared every time, never remembered.
 MEMO_MAX_BODY = 16_384
-#: What one entry costs besides its parsed body: the digest, the key tuple, the request object.
+#: What one entry costs besides its body and its parse: the key tuple, the request object.
 ENTRY_OVERHEAD = 600
 
 #: What one JSON container or value parsed from a body costs at most, besides its characters:
@@ -59,41 +67,33 @@ def parsed_size(obj: Any) -> int:
 
 
 class RequestMemo:
-    """``get_or_prepare(endpoint, tenant, namespace, raw, prepare)``: the remembered request for
-    this body, or ``prepare()``'s, remembered when it fits. Bad bodies (``prepare`` raises) are
-    never kept."""
+    """Prepared requests by ``(endpoint, tenant, namespace, body)``: :meth:`get` one, :meth:`put`
+    one after preparing it (never a bad body: :func:`prepare` raised before)."""
 
     def __init__(self, max_bytes: int = MEMO_MAX_BYTES, max_body: int = MEMO_MAX_BODY) -> None:
         self.max_bytes = max_bytes
         self.max_body = max_body
         self.bytes = 0
-        self._entries: OrderedDict[tuple[str, str, str, bytes], tuple[LLMRequest, int]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[MemoKey, tuple[LLMRequest, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_or_prepare(
-        self,
-        endpoint: str,
-        tenant: str,
-        namespace: str,
-        raw: bytes,
-        prepare: Callable[[], LLMRequest],
-    ) -> LLMRequest:
-        if len(raw) > self.max_body:
-            return prepare()
-        key = (endpoint, tenant, namespace, hashlib.blake2b(raw, digest_size=32).digest())
+    def get(self, key: MemoKey) -> LLMRequest | None:
         found = self._entries.get(key)
-        if found is not None:
-            return found[0]
-        req = prepare()
-        size = estimated_size(raw) + 2 * sys.getsizeof(req.text or "") + ENTRY_OVERHEAD
-        if size <= self.max_bytes // 16:
-            self._entries[key] = (req, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, old) = self._entries.popitem(last=False)
-                self.bytes -= old
-        return req
+        return None if found is None else found[0]
+
+    def put(self, key: MemoKey, req: LLMRequest) -> None:
+        """Remember ``req`` under ``key`` (whose last item is the body) if it fits."""
+        raw = key[3]
+        if len(raw) > self.max_body or key in self._entries:
+            return
+        size = sys.getsizeof(raw) + estimated_size(raw) + 2 * sys.getsizeof(req.text or "")
+        size += ENTRY_OVERHEAD
+        if size > self.max_bytes // 16:
+            return
+        self._entries[key] = (req, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, old) = self._entries.popitem(last=False)
+            self.bytes -= old
