@@ -259,4 +259,6 @@ async def test_a_cancelled_request_gives_back_what_it_held(
                 await task
         assert proxy.metrics.inflight.now == 0 and proxy.limits.callers == 0
     finally:
+        upstream.gate.set()  # the gated stream's handler ends now, not at its 30 s deadline
         await proxy.stop()
+        upstream.gate.clear()
