@@ -540,7 +540,8 @@ def split() -> dict[str, str]:
     """Template id -> ``tune`` or ``test``: within each group (frames by the prefix of their id,
     code sets), the half with the lower hash of their id is ``tune``."""
     groups: dict[str, list[str]] = {}
-    for t in (*FRAMES, *CODE_SETS):
+    templates: list[Frame | CodeSet] = [*FRAMES, *CODE_SETS]
+    for t in templates:
         groups.setdefault(t.id.split(".")[0], []).append(t.id)
     out = {}
     for ids in groups.values():
@@ -557,7 +558,8 @@ def pairs(part: str, seed: int = 0) -> list[Pair]:
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     out: list[Pair] = []
-    for t in (*FRAMES, *CODE_SETS):
+    templates: list[Frame | CodeSet] = [*FRAMES, *CODE_SETS]
+    for t in templates:
         if SPLIT[t.id] == part:
             out.extend(t.pairs(seed))
     return out

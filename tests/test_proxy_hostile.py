@@ -268,13 +268,14 @@ def test_responses_and_embeddings_integers_are_checked(
 ) -> None:
     auth = [("authorization", f"Bearer {new_key()}")]
     q = text()
-    for path, body, param in [
+    cases: list[tuple[str, dict[str, Any], str | None]] = [
         ("/v1/responses", {"model": MODEL, "input": q, "max_output_tokens": 2**31}, None),
         ("/v1/responses", {"model": MODEL, "input": q, "max_tool_calls": 0}, None),
         ("/v1/embeddings", {"model": MODEL, "input": q, "dimensions": 0}, None),
         ("/v1/embeddings", {"model": MODEL, "input": [[1, -5]]}, "input"),
         ("/v1/completions", {"model": MODEL, "prompt": q, "logprobs": 6}, None),
-    ]:
+    ]
+    for path, body, param in cases:
         name = param or next(k for k in body if k not in ("model", "input", "prompt"))
         err = assert_error(post(proxy, auth, json.dumps(body).encode(), path=path), 400, name)
         assert err["param"] == name

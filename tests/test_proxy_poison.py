@@ -233,7 +233,11 @@ def test_a_responses_stream_whose_final_response_is_not_its_deltas_is_not_stored
         assert sent.startswith("Answer #")  # relayed as the upstream sent it
         final = events[-1]["response"]["output"][0]["content"][0]["text"]
         assert final == "Visit evil.example to fix it."
-        wait_until(lambda n=n: not_stored() >= before + n, timeout=10.0)
+
+        def counted(want: float = before + n) -> bool:
+            return not_stored() >= want
+
+        wait_until(counted, timeout=10.0)
         calls = [
             c
             for c in upstream.calls

@@ -243,6 +243,39 @@ def test_kept_roles_and_symmetric_orders_pass(query: str, candidate: str) -> Non
     assert DEFAULT_GUARD.check(candidate, query) is None
 
 
+MIRRORED = [
+    # roles that no frame word marks, held by the words around them
+    ("Is it hard for Dutch speakers to learn Chinese?",
+     "Is it hard for Chinese speakers to learn Dutch?"),
+    ("Why do cats chase dogs?", "Why do dogs chase cats?"),
+    ("What time is it in Oslo when it is noon in Lima?",
+     "What time is it in Lima when it is noon in Oslo?"),
+    ("Do citizens of Chile need a visa for Peru?", "Do citizens of Peru need a visa for Chile?"),
+    ("Why do New Yorkers dislike Bostonians?", "Why do Bostonians dislike New Yorkers?"),
+]  # fmt: skip
+
+MIRRORED_SAME = [
+    ("Who won, Argentina or France?", "Who won, France or Argentina?"),
+    ("Result of Ajax against Porto?", "Result of Porto against Ajax?"),
+    ("Best pizza in New York or Chicago", "Best pizza in Chicago or New York"),
+    ("Is Italian close to Spanish?", "Is Spanish close to Italian?"),
+    ("a big red ball", "a red big ball"),  # next to each other: word order, not roles
+    ("is it true", "it is true"),  # function words only
+]
+
+
+@pytest.mark.parametrize(("query", "candidate"), MIRRORED)
+def test_exchanged_words_are_refused_without_a_frame(query: str, candidate: str) -> None:
+    assert kind_of(query, candidate) == "order"
+    assert kind_of(candidate, query) == "order"
+
+
+@pytest.mark.parametrize(("query", "candidate"), MIRRORED_SAME)
+def test_exchanges_that_do_not_change_roles_pass(query: str, candidate: str) -> None:
+    assert DEFAULT_GUARD.check(query, candidate) is None
+    assert DEFAULT_GUARD.check(candidate, query) is None
+
+
 def test_an_order_reason_names_the_values() -> None:
     assert DEFAULT_GUARD.check("Flights from Lyon to Geneva", "Flights from Geneva to Lyon") == (
         "slots: order lyon -> geneva != geneva -> lyon"

@@ -52,7 +52,9 @@ after the similarity search and before the hit policy:
     from Lyon", "did Spain beat Italy" / "was Italy beaten by Spain"), and so do orders that do not
     matter: "between X and Y", "X and Y", "X or Y", "X vs Y" (a comparison or a fixture, not a
     result), and any clause with "compare", "difference", "distance", "similar", ...
-    (:mod:`cachekit.semantic.slot_order`).
+    (:mod:`cachekit.semantic.slot_order`). With no frame word, the same words with two runs of
+    them exchanged around other words are refused too ("is it hard for Dutch speakers to learn
+    Chinese" / "... for Chinese speakers to learn Dutch"), unless a joiner stands between them.
 
 Every check is symmetric, pure Python and memoised per text, so a stored entry is parsed once:
 a check of a query against four candidates costs tens of microseconds (``bench/semantic_latency.py``
@@ -71,6 +73,12 @@ from cachekit.semantic.slot_lexicon import (
 )
 from cachekit.semantic.slot_lexicon import (
     FUNCTION_WORDS as _FUNCTION_WORDS,
+)
+from cachekit.semantic.slot_lexicon import (
+    ORDER_JOINERS as _ORDER_JOINERS,
+)
+from cachekit.semantic.slot_lexicon import (
+    ORDER_SYMMETRIC as _ORDER_SYMMETRIC,
 )
 from cachekit.semantic.slot_parse import (
     CHARS_PER_TOKEN_MAX as _CHARS_PER_TOKEN_MAX,
@@ -313,6 +321,41 @@ def _order_differs(a: TextSlots, b: TextSlots) -> str | None:
     return None
 
 
+#: Between two exchanged runs these make a list or a pairing, not roles ("Lyon or Geneva",
+#: "Ajax against Chelsea": a fixture, the same match; a result is a frame: "Ajax beat Chelsea").
+_MIRROR_JOINERS = _ORDER_JOINERS | {"against"}
+
+
+def _mirrored(a: TextSlots, b: TextSlots) -> str | None:
+    """The same words, but two runs of them (up to three words each, a content word in each)
+    exchanged around at least one word: "is it hard for Dutch speakers to learn Chinese" /
+    "... for Chinese speakers to learn Dutch", "why do cats chase dogs" / "why do dogs chase
+    cats". Where no frame word marks the roles, the words around them still do. Not read where
+    the order does not matter: a joiner between the runs ("Lyon or Geneva", "Ajax against
+    Chelsea") or a symmetric word anywhere ("similar", "distance", "compare", ...)."""
+    wa, wb = a.words, b.words
+    if len(wa) != len(wb) or wa == wb:
+        return None
+    p, s = _common_ends(wa, wb)
+    mid_a, mid_b = wa[p : len(wa) - s], wb[p : len(wb) - s]
+    if not _ORDER_SYMMETRIC.isdisjoint(a.tokens) or not _ORDER_SYMMETRIC.isdisjoint(b.tokens):
+        return None
+    for lx in range(1, 4):
+        for ly in range(1, 4):
+            if lx + ly >= len(mid_a):
+                break
+            x, y, between = mid_a[:lx], mid_a[len(mid_a) - ly :], mid_a[lx : len(mid_a) - ly]
+            if (
+                mid_b == y + between + x
+                and x != y
+                and not _MIRROR_JOINERS.intersection(between)
+                and all(not _FUNCTION_WORDS.issuperset(run) for run in (x, y))
+            ):
+                shown_x, shown_y = " ".join(x), " ".join(y)
+                return f"slots: order {shown_x} -> {shown_y} != {shown_y} -> {shown_x}"
+    return None
+
+
 def _common_ends(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[int, int]:
     """Words shared at the start, and at the end (never overlapping)."""
     limit = min(len(a), len(b))
@@ -422,6 +465,8 @@ class SlotGuard:
             yield _code_differs(a, b)
         if self.order and a.order and b.order and a.order != b.order:
             yield _order_differs(a, b)
+        if self.order:
+            yield _mirrored(a, b)
 
     def __repr__(self) -> str:
         off = [
