@@ -13,6 +13,10 @@ default guard.
   share of pairs refused before and after, and the pairs that only ``after`` refuses, by kind.
   With ``--similarity``, the cosine (all-MiniLM-L6-v2) of each such pair is shown, and how many
   are at or above the default policy's floor (0.86: only those would have been served).
+* ``--sets --served``: the generated pairs through the embedder as a hit would go: the pairs at
+  or above the default threshold (0.90, cosine of all-MiniLM-L6-v2), and how many of those the
+  default guard lets through (served), per kind: a swap served is a wrong hit, a role-keeping
+  paraphrase served a hit kept.
 * ``--timing``: what a check costs (a query against four candidates, memoised, and the first
   parse of a text), on the pair files' texts. The parse reads every rule whichever are on; to
   time a version of the guard without the two rules, run this script (it needs only
@@ -21,6 +25,7 @@ default guard.
 Examples::
 
     python bench/slot_order.py --sets
+    python bench/slot_order.py --sets --served
     python bench/slot_order.py ../shared/data/qqp_pairs_train.jsonl --examples 20 --similarity
     python bench/slot_order.py ../shared/data/qqp_pairs_dev.jsonl --timing
 """
@@ -84,6 +89,25 @@ def run_sets(examples: int) -> None:
             for p in wrong[:examples]:
                 r = AFTER.check(p.query, p.cached)
                 print(f"        {p.query!r} / {p.cached!r}" + (f"  [{r}]" if r else ""))
+
+
+def run_served(threshold: float = 0.90) -> None:
+    for part in sets.PARTS:
+        found = sets.pairs(part)
+        sims = cosines([(p.query, p.cached) for p in found])
+        print(f"\n{part}: through the embedder at {threshold:.2f}, then the default guard")
+        for kind in sets.KINDS:
+            near = [
+                p for p, c in zip(found, sims, strict=True) if p.kind == kind and c >= threshold
+            ]
+            total = sum(p.kind == kind for p in found)
+            if not total:
+                continue
+            served = sum(AFTER.check(p.query, p.cached) is None for p in near)
+            want = "wrong hits" if kind in sets.REFUSE else "hits kept"
+            print(
+                f"  {kind:15s} {total:5d} pairs, {len(near):5d} near, served {served:5d} ({want})"
+            )
 
 
 def load(path: Path) -> list[tuple[str, str, bool]]:
@@ -168,11 +192,14 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=5, help="pairs shown per group")
     ap.add_argument("--similarity", action="store_true", help="cosines of newly refused pairs")
     ap.add_argument("--timing", action="store_true", help="time the guard on the files' texts")
+    ap.add_argument("--served", action="store_true", help="with --sets: through the embedder")
     args = ap.parse_args()
     if not args.sets and not args.pairs:
         ap.error("give pair files or --sets")
     if args.sets:
         run_sets(args.examples)
+        if args.served:
+            run_served()
     for path in args.pairs:
         run_pairs(path, args.examples, args.similarity)
     if args.timing and args.pairs:
