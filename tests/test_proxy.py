@@ -225,6 +225,9 @@ SLOT_SWAPS = [
         "question. Policy: accounts may be closed online at any time. How do I open an account?",
         "preamble",
     ),
+    ("Cheap flights from Vienna to Madrid", "Cheap flights from Madrid to Vienna", "slots: order"),
+    ("Did Ghana beat Peru in 2010?", "Did Peru beat Ghana in 2010?", "slots: order"),
+    ("Explain the regex `^[a-z]+$`", "Explain the regex `^[A-Z]+$`", "slots: code"),
 ]
 
 
