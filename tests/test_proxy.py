@@ -561,6 +561,9 @@ def test_slow_upstream_gets_504(proxy: ProxyProcess, client: openai.OpenAI) -> N
         client.chat.completions.create(model="fake-slow", messages=msgs("x"))
     assert info.value.status_code == 504
     assert "upstream" in info.value.message.lower()
+    # The timed-out call gave back its hold: the in-flight gauge is back at 0.
+    health = proxy.url + "/healthz"
+    wait_until(lambda: httpx.get(health, timeout=5.0).json()["upstream_in_flight"] == 0)
 
 
 def test_unreachable_upstream_gets_502() -> None:
