@@ -6,6 +6,7 @@ that needs them is used.
 
 from cachekit._version import __version__
 from cachekit.cache import Cache
+from cachekit.decorators import ReceiverLeftOutWarning
 from cachekit.serialization import SerializationError
 from cachekit.telemetry import (
     CacheStats,
@@ -20,6 +21,7 @@ __all__ = [
     "CacheKey",
     "CacheStats",
     "LookupResult",
+    "ReceiverLeftOutWarning",
     "SerializationError",
     "StatsLogger",
     "Status",

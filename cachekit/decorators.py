@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 import time
+import warnings
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -274,17 +277,46 @@ def _validate(
 METHOD_RECEIVERS = ("self", "cls")
 
 
+class ReceiverLeftOutWarning(UserWarning):
+    """A method was decorated with neither ``key=`` nor its receiver in ``ignore=``: its
+    receiver is left out of the key, so every instance shares the method's entries. Said once,
+    when the method is decorated (docs/exact.md, Methods)."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised from this package's caller of it at the
+    first frame outside the package: the user's decorator line, whichever path led here."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def _method_ignore(
     fn: Callable[..., Any], key: Callable[..., Any] | None, ignore: tuple[str, ...]
 ) -> tuple[str, ...]:
     """``ignore`` plus the receiver of a method: an instance (or class) is rarely keyable, and
     its identity would differ in every process. Results that depend on the instance say so
-    with ``key=`` (docs/exact.md)."""
+    with ``key=``; results that do not, with ``ignore=("self",)``, which also silences the
+    :class:`ReceiverLeftOutWarning` that leaving it out unsaid gives (docs/exact.md)."""
     if key is not None:
         return ignore
     params = list(inspect.signature(fn).parameters)
     if params and params[0] in METHOD_RECEIVERS and params[0] not in ignore:
-        return (params[0], *ignore)
+        receiver = params[0]
+        warnings.warn(
+            f"{fn.__qualname__}: its receiver ({receiver}) is left out of the cache key, so "
+            f"every instance shares its entries. If the result depends on the instance, key on "
+            f"it: @cache.cached(key=lambda {receiver}, *args: ({receiver}.<what matters>, "
+            f"*args)); if it does not, say so: @cache.cached(ignore=({receiver!r},)).",
+            ReceiverLeftOutWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        return (receiver, *ignore)
     return ignore
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import pytest
 
-from cachekit import Cache
+from cachekit import Cache, ReceiverLeftOutWarning
 from cachekit.keys import UnkeyableArgument
 
 
@@ -68,13 +69,13 @@ def test_methods_leave_the_receiver_out_of_the_key() -> None:
     cache = Cache()
 
     class Shared(Model):
-        @cache.cached
+        @cache.cached(ignore=("self",))
         def predict(self, x: int) -> int:
             self.calls += 1
             return x * 10
 
         @classmethod
-        @cache.cached
+        @cache.cached(ignore=("cls",))
         def describe(cls, x: int) -> str:
             return f"{cls.__name__}:{x}"
 
@@ -84,6 +85,42 @@ def test_methods_leave_the_receiver_out_of_the_key() -> None:
     assert Shared.predict.lookup(b, 3).value == 30
     assert Shared.describe(4) == "Shared:4"
     assert Shared.predict.cache_key(a, 3) == Shared.predict.cache_key(b, 3)
+
+
+def test_a_receiver_left_out_unsaid_warns_once_at_the_decorator() -> None:
+    """Model(10).predict(2.0) would return what Model(1) computed: said when decorating, at the
+    user's line, with both ways out; never for key= or an explicit ignore=."""
+    cache = Cache()
+    with pytest.warns(ReceiverLeftOutWarning) as caught:
+
+        class Scaled(Model):
+            @cache.cached
+            def predict(self, x: float) -> float:
+                return x * self.scale
+
+            @cache.cached()
+            def other(self, x: float) -> float:
+                return x
+
+    assert len(caught) == 2
+    message = str(caught[0].message)
+    assert "Scaled.predict" in message and "key=lambda self" in message
+    assert "ignore=('self',)" in message
+    assert all(w.filename == __file__ for w in caught)  # the decorator's line, not cachekit's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        class Said(Model):
+            @cache.cached(ignore=("self",))
+            def shared(self, x: float) -> float:
+                return x
+
+            @cache.cached(key=lambda self, x: (self.scale, x))
+            def per_scale(self, x: float) -> float:
+                return x * self.scale
+
+        assert Said(10).per_scale(2.0) == 20.0 and Said(1).per_scale(2.0) == 2.0
+        assert Scaled(10).other(2.0) == 2.0  # calls never warn
 
 
 def test_instance_dependent_methods_key_with_key_function() -> None:
