@@ -60,6 +60,10 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ('threshhold = 0.9\n[proxy]\nupstream = "http://x"\n', "threshhold"),
         ('threshold = 1.5\n[proxy]\nupstream = "http://x"\n', "threshold"),
         ('semantic_max_bytes = 0\n[proxy]\nupstream = "http://x"\n', "semantic_max_bytes"),
+        ('[proxy]\nupstream = "http://x"\nmax_upstream_per_caller = -1\n', "integer >= 0"),
+        ('[proxy]\nupstream = "http://x"\nmax_upstream_per_caller = "64"\n', "got '64'"),
+        ('[proxy]\nupstream = "http://x"\nmetrics_max_models = 0\n', "metrics_max_models=0"),
+        ('[proxy]\nupstream = "http://x"\nmax_passthrough_body_bytes = 1.5\n', "bytes=1.5"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, text: str, match: str) -> None:

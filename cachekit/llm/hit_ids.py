@@ -21,7 +21,7 @@ from cachekit.llm.rules import CHAT, RESPONSES
 __all__ = ["HIT_ID", "check_continuable", "hit_id", "response_id_in"]
 
 _ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
-#: The ids this proxy makes for semantic hits.
+#: The ids cachekit makes for semantic hits.
 HIT_ID = re.compile(r"[A-Za-z0-9_]{1,32}[-_]ck[0-9a-f]{24}")
 
 
@@ -32,7 +32,7 @@ def response_id_in(path: str) -> str | None:
 
 
 def check_continuable(response_id: Any, status: int = 400) -> None:
-    """:class:`RequestError` (``status``) for an id this proxy made for a semantic hit: the
+    """:class:`RequestError` (``status``) for an id cachekit made for a semantic hit: the
     upstream never stored it, so it can neither be continued (``previous_response_id``) nor
     fetched (404 for ``/v1/responses/{id}``)."""
     if isinstance(response_id, str) and HIT_ID.fullmatch(response_id):

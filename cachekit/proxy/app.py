@@ -292,8 +292,8 @@ class Proxy:
         """A semantic hit under a fresh id of its own: the stored answer's id is another
         request's, and upstream (Responses API) it names the other prompt's history, which a
         client continuing from it would continue. A request continuing from a fresh id is
-        refused with the reason (:func:`_continuable`). Remembered with its tenant for
-        :meth:`feedback`."""
+        refused with the reason (:func:`~cachekit.llm.hit_ids.check_continuable`). Remembered
+        with its tenant for :meth:`feedback`."""
         rid = hit_id(response.get("id"), req.endpoint)
         ref = self.llm.feedback_ref(req)
         if ref is not None:
@@ -535,16 +535,17 @@ class Proxy:
         call = self._hold(request)
         if isinstance(call, Response):
             return _tagged(call, PASSTHROUGH)
-        handed: list[bool] = []
+        response = None
         try:
-            return await self._forward(request, call, handed)
+            response = await self._forward(request, call)
+            return response
         finally:
-            if not handed:
+            if not isinstance(response, RelayResponse):  # a relay releases it when it ends
                 call.release()
 
-    async def _forward(self, request: Request, call: UpstreamCall, handed: list[bool]) -> Response:
-        """:meth:`passthrough`'s body read and upstream call; ``handed`` gets an item once the
-        relay owns ``call`` (and releases it when the response ends, however it ends)."""
+    async def _forward(self, request: Request, call: UpstreamCall) -> Response:
+        """:meth:`passthrough`'s body read and upstream call: an error response, or the relay
+        of the upstream's answer, which owns ``call`` and releases it however it ends."""
         assert self.client is not None
         content = None
         if "content-length" in request.headers or "transfer-encoding" in request.headers:
@@ -582,7 +583,6 @@ class Proxy:
             resp.headers, HOP_BY_HOP - {"content-length"} | {"date", "server"}
         )
         headers.update(PASSTHROUGH)
-        handed.append(True)
         return RelayResponse(
             resp.aiter_raw(), release, status_code=resp.status_code, headers=headers
         )

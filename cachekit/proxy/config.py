@@ -133,11 +133,14 @@ class ProxyConfig:
         check_upstream_url(p.upstream)
         positive: tuple[str, ...] = ("max_body_bytes", "max_passthrough_body_bytes", "workers")
         positive += ("max_answer_bytes", "stream_pieces", "metrics_max_models", "max_connections")
-        bad = [name for name in positive if getattr(p, name) < 1]
-        if p.max_upstream_per_caller < 0:
-            bad.append("max_upstream_per_caller (0: no bound)")
+        bad = [f"{n}={getattr(p, n)!r}" for n in positive if not _count_at_least(getattr(p, n), 1)]
         if bad:
-            raise ValueError(f"{', '.join(bad)} must be positive")
+            raise ValueError(f"these settings must be positive integers: {', '.join(bad)}")
+        if not _count_at_least(p.max_upstream_per_caller, 0):
+            raise ValueError(
+                "max_upstream_per_caller must be an integer >= 0 (0: no bound), got "
+                f"{p.max_upstream_per_caller!r}"
+            )
         if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
 
@@ -153,6 +156,10 @@ class ProxyConfig:
     def describe(self) -> dict[str, Any]:
         """The proxy settings for logs (no secrets: tenant secret and keys left out)."""
         return asdict(self.proxy)
+
+
+def _count_at_least(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def load_embedder(spec: str) -> Any:

@@ -80,6 +80,8 @@ class RequestMemo:
         return len(self._entries)
 
     def get(self, key: MemoKey) -> LLMRequest | None:
+        if len(key[3]) > self.max_body:  # never kept: not worth hashing a large body for
+            return None
         found = self._entries.get(key)
         return None if found is None else found[0]
 
