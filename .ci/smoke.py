@@ -56,10 +56,14 @@ def cli(*argv: str, timeout: float = 300) -> str:
     return out.stdout
 
 
+def _user_loader(ids: list[int]) -> dict[int, dict[str, int]]:
+    return {i: {"id": i} for i in ids}
+
+
 def base() -> None:
     import cachekit
     from cachekit import Cache, Status
-    from cachekit.extras import MissingExtraError
+    from cachekit._core.extras import MissingExtraError
 
     where = Path(cachekit.__file__).resolve()
     check("site-packages" in where.parts, f"cachekit imported from the install ({where})")
@@ -77,7 +81,7 @@ def base() -> None:
 
     check(square(7) == 49 and square(7) == 49 and calls == [7], "@cache.cached computes once")
     check(square.lookup(7).status is Status.HIT, "the second call is a hit")
-    users = cache.features("user", loader=lambda ids: {i: {"id": i} for i in ids}, ttl=60)
+    users = cache.features("user", loader=_user_loader, ttl=60)
     check(users.get_many([1, 2]) == {1: {"id": 1}, 2: {"id": 2}}, "a feature set loads a batch")
     check("serve" in cli("--help"), "cachekit --help lists its commands")
     if importlib.util.find_spec("numpy") is None:
@@ -112,8 +116,8 @@ def semantic() -> None:
 
 
 HUB_CHILD = """
-from cachekit.semantic.embedder import SentenceTransformerEmbedder
-from cachekit.semantic.model_files import resolve_model
+from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.embed.model_files import resolve_model
 found = resolve_model()
 print(found.origin, found.path, SentenceTransformerEmbedder().embed(["x"]).shape)
 """
@@ -152,7 +156,7 @@ def proxy() -> None:
 
 def proxy_round() -> None:
     """``cachekit serve`` in front of the fake upstream: a paraphrase is a SEMANTIC_HIT."""
-    from cachekit.proxy.testing import FakeUpstream, serving
+    from cachekit.testing.upstream import FakeUpstream, serving
 
     with serving(FakeUpstream()) as upstream:
         port = free_port()

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from cachekit.extras import require
+from cachekit._core.extras import require
 
 try:
     from langchain_core.caches import RETURN_VAL_TYPE, BaseCache

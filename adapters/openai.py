@@ -36,7 +36,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
-from cachekit.extras import require
+from cachekit._core.extras import require
 
 try:
     import openai

@@ -2,6 +2,6 @@
 
 import sys
 
-from cachekit.cli import main
+from cachekit.cli.main import main
 
 sys.exit(main())

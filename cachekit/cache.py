@@ -1,7 +1,8 @@
 """The front: :class:`Cache`, what users import.
 
-It builds the shared tier and the :class:`~cachekit.engine.Engine` (which holds every caching
-policy) and hands the engine to the entry points: ``cached`` (:mod:`cachekit.decorators`),
+It builds the shared tier and the :class:`~cachekit._engine.engine.Engine` (which holds every
+caching
+policy) and hands the engine to the entry points: ``cached`` (:mod:`cachekit.exact.decorator`),
 ``semantic`` (:mod:`cachekit.semantic.decorator`) and ``features`` (:mod:`cachekit.features`).
 """
 
@@ -9,34 +10,41 @@ from __future__ import annotations
 
 import random as _random
 import time
+import warnings
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from cachekit.decorators import CachedFunction, make_cached
-from cachekit.engine import Engine
+from cachekit._core.health import Health
+from cachekit._core.protocols import Clock, Serializer
+from cachekit._core.types import CacheKey, Found, LookupResult, Status
+from cachekit._engine.engine import Engine
+from cachekit._engine.telemetry import CacheStats
+from cachekit.exact.decorator import CachedFunction, make_cached
 from cachekit.features import FeatureSet
-from cachekit.health import Health
-from cachekit.protocols import Clock, Serializer
 from cachekit.semantic.arbiter import cache_labels, report_feedback
-from cachekit.semantic.decorator import make_semantic
-from cachekit.telemetry import CacheStats
-from cachekit.types import CacheKey, Found, LookupResult, Status
+from cachekit.semantic.decorator import SemanticFunction, make_semantic
 
 if TYPE_CHECKING:
-    from cachekit.protocols import StorageTier
+    from cachekit._core.protocols import Embedder, StorageTier, VectorIndex
+    from cachekit._core.types import Envelope
+    from cachekit.backends.base import SharedTier
+    from cachekit.backends.memory import MemoryStore
     from cachekit.semantic.arbiter import Label
-    from cachekit.storage.base import SharedTier
-    from cachekit.storage.memory import MemoryStore
-    from cachekit.types import Envelope
+    from cachekit.semantic.policy.hit_policy import HitPolicy
 
 __all__ = ["Cache", "CacheKey", "LookupResult", "Status"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+K = TypeVar("K")
 
 
 class Cache:
     """A tiered cache: in-process L1, optional Redis L2, and the policy around them.
 
     ``Cache()`` is the embedded default (L1 only). With ``redis_url`` (or ``redis_cluster_url``,
-    or any :class:`~cachekit.protocols.StorageTier` as ``l2``) entries are shared by every process
+    or any :class:`~cachekit._core.protocols.StorageTier` as ``l2``) entries are shared by every
+    process
     using the same namespace. ``l1=False`` makes every read go to L2, so every reader sees the
     shared value at once.
     """
@@ -70,8 +78,8 @@ class Cache:
             l2 = _redis_tier(
                 redis_url, redis_cluster_url, redis_timeout, redis_connect_timeout, redis_options
             )
-        #: The policy behind this front; entry points use its public interface.
-        self.engine = Engine(
+        # The policy behind this front (private: entry points get it from the front).
+        self._engine = Engine(
             l2=l2,
             namespace=namespace,
             l1=l1,
@@ -89,9 +97,39 @@ class Cache:
         )
         if redis_url is not None or redis_cluster_url is not None:
             # A wrong URL would only ever cost misses: say so once, with the cause and the fix.
-            self.engine.start_health_check()
+            self._engine.start_health_check()
 
     # ------------------------------------------------------------------ entry points
+
+    @overload
+    def cached(
+        self,
+        fn: Callable[P, R],
+        *,
+        ttl: float | Callable[[Any], float | None] | None = None,
+        stale_ttl: float = 0.0,
+        jitter: float = 0.0,
+        cache_none: bool = False,
+        key: Callable[..., Any] | None = None,
+        ignore: Sequence[str] = (),
+        name: str | None = None,
+        version: str | int | None = None,
+    ) -> CachedFunction[P, R]: ...
+
+    @overload
+    def cached(
+        self,
+        fn: None = None,
+        *,
+        ttl: float | Callable[[Any], float | None] | None = None,
+        stale_ttl: float = 0.0,
+        jitter: float = 0.0,
+        cache_none: bool = False,
+        key: Callable[..., Any] | None = None,
+        ignore: Sequence[str] = (),
+        name: str | None = None,
+        version: str | int | None = None,
+    ) -> Callable[[Callable[P, R]], CachedFunction[P, R]]: ...
 
     def cached(
         self,
@@ -106,20 +144,23 @@ class Cache:
         name: str | None = None,
         version: str | int | None = None,
     ) -> Any:
-        """Decorate a sync or async function so its results are cached.
+        """Decorate a sync or async function so its results are cached (docs/exact.md).
 
         ``ttl``: seconds (default: the cache's ``default_ttl``), ``None`` for the default, or a
         function of the result returning seconds. ``stale_ttl``: seconds after expiry during which
         the old value is served while one background call refreshes it. ``jitter``: fraction of
         the TTL removed at random so entries written together do not expire together.
-        ``key``: a function of the same arguments returning what identifies the call.
-        ``ignore``: parameter names left out of the key. ``name``/``version``: the function's
-        identity in the key (default ``module.qualname``); bump ``version`` when its code changes.
+        ``cache_none``: whether a ``None`` result is stored. ``key``: a function of the same
+        arguments returning what identifies the call. ``ignore``: parameter names left out of
+        the key (a method's receiver is left out either way; name it here, or give ``key=``, to
+        say so, else :class:`~cachekit.ReceiverLeftOutWarning`). ``name``/``version``: the
+        function's identity in the key (default ``module.qualname``); bump ``version`` when its
+        code changes. Usable bare (``@cache.cached``) or with options.
         """
 
-        def wrap(f: Callable[..., Any]) -> CachedFunction:
+        def wrap(f: Callable[..., Any]) -> CachedFunction[..., Any]:
             return make_cached(
-                self.engine,
+                self._engine,
                 f,
                 owner=self,
                 ttl=ttl,
@@ -134,54 +175,197 @@ class Cache:
 
         return wrap(fn) if fn is not None else wrap
 
-    def semantic(self, *args: Any, **kwargs: Any) -> Any:
-        """Decorate a function whose text argument may be answered by a similar earlier one.
-        See :mod:`cachekit.semantic`."""
-        return make_semantic(self.engine, self, *args, **kwargs)
+    @overload
+    def semantic(
+        self,
+        fn: Callable[P, R],
+        *,
+        threshold: float | None = None,
+        policy: HitPolicy | None = None,
+        ttl: float | None = None,
+        text: Callable[..., str] | None = None,
+        scope: Callable[..., Any] | None = None,
+        ignore: Sequence[str] = (),
+        embedder: Embedder | Callable[..., Any] | None = None,
+        name: str | None = None,
+        version: str | int | None = None,
+        cache_none: bool = False,
+        capacity: int = 100_000,
+        max_bytes: int | None = None,
+        max_batch: int = 64,
+        max_wait_ms: float = 0.0,
+        batching: bool = True,
+        index_factory: Callable[[int], VectorIndex] | None = None,
+    ) -> SemanticFunction[P, R]: ...
 
-    def features(self, name: str, **kwargs: Any) -> FeatureSet:
-        """A feature set: batch multi-get of entity features. See :mod:`cachekit.features`."""
-        return FeatureSet(self.engine, name, **kwargs)
+    @overload
+    def semantic(
+        self,
+        fn: None = None,
+        *,
+        threshold: float | None = None,
+        policy: HitPolicy | None = None,
+        ttl: float | None = None,
+        text: Callable[..., str] | None = None,
+        scope: Callable[..., Any] | None = None,
+        ignore: Sequence[str] = (),
+        embedder: Embedder | Callable[..., Any] | None = None,
+        name: str | None = None,
+        version: str | int | None = None,
+        cache_none: bool = False,
+        capacity: int = 100_000,
+        max_bytes: int | None = None,
+        max_batch: int = 64,
+        max_wait_ms: float = 0.0,
+        batching: bool = True,
+        index_factory: Callable[[int], VectorIndex] | None = None,
+    ) -> Callable[[Callable[P, R]], SemanticFunction[P, R]]: ...
+
+    def semantic(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        threshold: float | None = None,
+        policy: HitPolicy | None = None,
+        ttl: float | None = None,
+        text: Callable[..., str] | None = None,
+        scope: Callable[..., Any] | None = None,
+        ignore: Sequence[str] = (),
+        embedder: Embedder | Callable[..., Any] | None = None,
+        name: str | None = None,
+        version: str | int | None = None,
+        cache_none: bool = False,
+        capacity: int = 100_000,
+        max_bytes: int | None = None,
+        max_batch: int = 64,
+        max_wait_ms: float = 0.0,
+        batching: bool = True,
+        index_factory: Callable[[int], VectorIndex] | None = None,
+    ) -> Any:
+        """Decorate a sync or async function whose text argument may be answered by an earlier
+        call whose text means the same (docs/semantic.md).
+
+        ``threshold`` (cosine, default 0.90) or ``policy`` (a
+        :class:`~cachekit.semantic.HitPolicy`):
+        which neighbour may answer. ``ttl``: seconds an entry lives (default: the cache's
+        ``default_ttl``). ``text``: a function of the call's arguments returning the compared
+        text (default: the first ``str`` parameter). ``scope``: a function of the arguments
+        returning what must match exactly for two calls to share an answer (default: every
+        other argument). ``ignore``: parameter names left out of the scope (a method's
+        receiver is left out either way; name it here, or give ``scope=``, to say so, else
+        :class:`~cachekit.ReceiverLeftOutWarning`). ``embedder``: an
+        :class:`~cachekit.Embedder` or a function of a list of texts (default: the packaged
+        all-MiniLM-L6-v2 on ONNX Runtime). ``name``/``version`` and ``cache_none`` as for
+        :meth:`cached`. ``capacity``/``max_bytes``: what the index holds in this process.
+        ``max_batch``/``max_wait_ms``/``batching``: how concurrent lookups share one embedding
+        call. ``index_factory``: a function of the dimension returning a
+        :class:`~cachekit.VectorIndex` (default: FAISS).
+        """
+        return make_semantic(
+            self._engine,
+            self,
+            fn,
+            threshold=threshold,
+            policy=policy,
+            ttl=ttl,
+            text=text,
+            scope=scope,
+            ignore=tuple(ignore),
+            embedder=embedder,
+            name=name,
+            version=version,
+            capacity=capacity,
+            max_bytes=max_bytes,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            batching=batching,
+            cache_none=cache_none,
+            index_factory=index_factory,
+        )
+
+    def features(
+        self,
+        name: str,
+        *,
+        loader: Callable[[list[K]], Any],
+        ttl: float | None = None,
+        version: str | int | None = None,
+        negative_ttl: float | None = 30.0,
+        stale_ttl: float = 0.0,
+        jitter: float = 0.1,
+        max_batch: int | None = None,
+        copy: bool = True,
+        write_behind: bool = False,
+    ) -> FeatureSet[K]:
+        """A feature set: batch multi-get of entity features in front of ``loader``
+        (docs/features.md).
+
+        ``loader``: a sync or async function of a list of ids returning ``{id: features}`` (or a
+        list in the ids' order). ``ttl``, ``stale_ttl``, ``version`` as for :meth:`cached`
+        (``version`` None is the set's first version). ``negative_ttl``: seconds an id the loader
+        does not know is remembered as absent (0 or None: never). ``jitter``: 0.1 by default,
+        unlike :meth:`cached`, because one load writes a whole batch of entries at once, which
+        would otherwise all expire together. ``max_batch``: ids per loader call. ``copy``:
+        whether callers get their own copy of mutable features. ``write_behind``: store in the
+        background, off the caller's path.
+        """
+        return FeatureSet(
+            self._engine,
+            name,
+            loader=loader,
+            ttl=ttl,
+            version=1 if version is None else version,
+            negative_ttl=negative_ttl,
+            stale_ttl=stale_ttl,
+            jitter=jitter,
+            max_batch=max_batch,
+            copy=copy,
+            write_behind=write_behind,
+        )
 
     # ------------------------------------------------------------------ key-value
 
     def kv_key(self, key: str) -> CacheKey:
-        """The :class:`~cachekit.types.CacheKey` of ``key`` for :meth:`get`/:meth:`set`."""
+        """The :class:`~cachekit._core.types.CacheKey` of ``key`` for :meth:`get`/:meth:`set`."""
         if not isinstance(key, str):
             raise TypeError(f"cache keys are str, got {type(key).__qualname__}")
-        return self.engine.make_key("kv", "_", key, ("kv", key))
+        return self._engine.make_key("kv", "_", key, ("kv", key))
 
-    def _served(self, found: Found, default: Any) -> Any:
-        """What :meth:`get` returns for ``found``, counted: a fresh value is a hit; anything
-        else (absent, stale, an unreachable shared tier) a miss."""
-        if found.status is Status.HIT and found.env is not None:
-            self.engine.record_found(Status.HIT)
-            return found.env.value
-        self.engine.record_misses(1)
-        return default
+    def _served(self, found: Found, default: Any, count: bool) -> Any:
+        """What :meth:`get` returns for ``found``, counted unless ``count`` is False: a fresh
+        value is a hit; anything else (absent, stale, an unreachable shared tier) a miss."""
+        hit = found.status is Status.HIT and found.env is not None
+        if count:
+            self.record(Status.HIT if hit else Status.MISS)
+        return found.env.value if hit and found.env is not None else default
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The fresh value stored under ``key`` with :meth:`set`, else ``default``."""
-        return self._served(self.engine.lookup_one(self.kv_key(key), count=False), default)
+    def get(self, key: str, default: Any = None, *, count: bool = True) -> Any:
+        """The fresh value stored under ``key`` with :meth:`set`, else ``default``. ``count``:
+        whether the read counts as a hit or a miss in :meth:`stats` (an application that
+        counts each request once, at its end, reads with ``count=False`` and calls
+        :meth:`record`)."""
+        found = self._engine.lookup_one(self.kv_key(key), count=False)
+        return self._served(found, default, count)
 
     def set(self, key: str, value: Any, ttl: float | None = None) -> bool:
         """Store ``value`` under ``key``; returns whether it could be serialized and stored."""
-        items = [(self.kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
-        return self.engine.store_many(items)[0]
+        items = [(self.kv_key(key), value, self._engine.resolve_ttl(ttl), 0.0, None)]
+        return self._engine.store_many(items)[0]
 
     def delete(self, key: str) -> None:
-        self.engine.delete_many([self.kv_key(key)])
+        self._engine.delete_many([self.kv_key(key)])
 
-    async def aget(self, key: str, default: Any = None) -> Any:
-        found = await self.engine.alookup_one(self.kv_key(key), count=False)
-        return self._served(found, default)
+    async def aget(self, key: str, default: Any = None, *, count: bool = True) -> Any:
+        """The asyncio form of :meth:`get`."""
+        found = await self._engine.alookup_one(self.kv_key(key), count=False)
+        return self._served(found, default, count)
 
     async def aset(self, key: str, value: Any, ttl: float | None = None) -> bool:
-        items = [(self.kv_key(key), value, self.engine.resolve_ttl(ttl), 0.0, None)]
-        return (await self.engine.astore_many(items))[0]
+        items = [(self.kv_key(key), value, self._engine.resolve_ttl(ttl), 0.0, None)]
+        return (await self._engine.astore_many(items))[0]
 
     async def adelete(self, key: str) -> None:
-        await self.engine.adelete_many([self.kv_key(key)])
+        await self._engine.adelete_many([self.kv_key(key)])
 
     # ------------------------------------------------------------------ namespace and state
 
@@ -189,87 +373,114 @@ class Cache:
         """Retire every entry of this namespace, in every process sharing it: the namespace
         version in every key is bumped. Returns False (and keeps the old version) when the
         shared tier could not be reached."""
-        return self.engine.invalidate_namespace()
+        return self._engine.invalidate_namespace()
 
     async def ainvalidate_namespace(self) -> bool:
         """The asyncio form of :meth:`invalidate_namespace`."""
-        return await self.engine.ainvalidate_namespace()
+        return await self._engine.ainvalidate_namespace()
 
     def clear_local(self) -> None:
         """Drop this process's in-memory entries (the shared tier keeps its own)."""
-        self.engine.clear_l1()
+        self._engine.clear_l1()
 
     def make_key(self, kind: str, name: str, part: str, local: Hashable | None = None) -> CacheKey:
-        """See :meth:`cachekit.engine.Engine.make_key`."""
-        return self.engine.make_key(kind, name, part, local)
+        """See :meth:`cachekit._engine.engine.Engine.make_key`."""
+        return self._engine.make_key(kind, name, part, local)
 
     def stats(self) -> CacheStats:
-        return self.engine.stats()
+        return self._engine.stats()
+
+    def record(self, status: Status) -> None:
+        """Count one lookup's outcome in :meth:`stats`: a hit or a semantic hit as such,
+        anything else as a miss. For applications that look up in steps and count each request
+        once (the proxy's :class:`~cachekit.llm.LLMCache`)."""
+        if status is Status.HIT or status is Status.SEMANTIC_HIT:
+            self._engine.record_found(status)
+        else:
+            self._engine.record_misses(1)
+
+    def record_malformed(self) -> None:
+        """Count a stored value an application found malformed and served as a miss (the
+        ``serialization_errors`` of :meth:`stats`)."""
+        self._engine.telemetry.serialization_errors += 1
+
+    @property
+    def engine(self) -> Engine:
+        """Deprecated: the engine is private (docs/api.md). Kept for one release."""
+        warnings.warn(
+            "Cache.engine is private and goes in the release after next; use the Cache's own "
+            "methods (docs/api.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._engine
 
     def health(self, *, check: bool = False) -> Health:
         """The shared tier's state: configured, reachable, last error (cause and fix) and circuit
-        breaker state; see :class:`cachekit.health.Health`. ``check=True`` reads from the shared
+        breaker state; see :class:`cachekit._core.health.Health`. ``check=True`` reads from the
+        shared
         tier first (bounded by its timeouts), e.g. for a readiness probe."""
-        return self.engine.check_shared_tier() if check else self.engine.health()
+        return self._engine.check_shared_tier() if check else self._engine.health()
 
     def refreshing(self) -> bool:
         """Whether a background refresh is under way (for tests and graceful shutdown)."""
-        return self.engine.refreshing()
+        return self._engine.refreshing()
 
     @property
     def breaker_state(self) -> str | None:
-        return self.engine.breaker_state
+        return self._engine.breaker_state
 
     @property
     def version(self) -> int:
-        return self.engine.version
+        return self._engine.version
 
     @property
     def namespace(self) -> str:
-        return self.engine.namespace
+        return self._engine.namespace
 
     @property
     def default_ttl(self) -> float | None:
-        return self.engine.default_ttl
+        return self._engine.default_ttl
 
     @property
     def key_prefix(self) -> str:
-        return self.engine.key_prefix
+        return self._engine.key_prefix
 
     @property
     def clock(self) -> Callable[[], float]:
-        return self.engine.clock
+        return self._engine.clock
 
     @property
     def random(self) -> Callable[[], float]:
-        return self.engine.random
+        return self._engine.random
 
     @property
     def serializer(self) -> Serializer:
-        return self.engine.serializer
+        return self._engine.serializer
 
     @property
     def l1(self) -> MemoryStore[Envelope] | None:
         """The in-process tier, for introspection. It holds a mutable value as a
-        :class:`~cachekit.serialization.Packed` (``.load()`` decodes a copy); read values
+        :class:`~cachekit._core.serialization.Packed` (``.load()`` decodes a copy); read values
         through the cache, which does that for you."""
-        return self.engine.l1
+        return self._engine.l1
 
     @property
     def l2(self) -> SharedTier | None:
         """The shared tier (a plain ``StorageTier`` passed as ``l2`` comes back wrapped in a
-        :class:`~cachekit.storage.base.PlainTier`)."""
-        return self.engine.l2
+        :class:`~cachekit.backends.base.PlainTier`)."""
+        return self._engine.l2
 
     # ------------------------------------------------------------------ lifecycle
 
     def on_close(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` when the cache closes (see :meth:`cachekit.engine.Engine.on_close`)."""
-        self.engine.on_close(fn)
+        """Run ``fn`` when the cache closes (see
+        :meth:`cachekit._engine.engine.Engine.on_close`)."""
+        self._engine.on_close(fn)
 
     def close(self) -> None:
         """Stop background work and release connections. Idempotent."""
-        self.engine.close()
+        self._engine.close()
 
     def __enter__(self) -> Cache:
         return self
@@ -282,14 +493,14 @@ class Cache:
         call's result). A wrong one demotes the entry that answered and, once refuted
         repeatedly, evicts it; see docs/hit-quality.md. Returns whether a semantic tier of this
         cache knew the hit."""
-        return report_feedback(self.engine, result, correct)
+        return report_feedback(self._engine, result, correct)
 
     def labels(self) -> list[Label]:
         """The verdicts this process recorded on its semantic functions' hits and checks, as
         labelled pairs, oldest first (the last 10,000 per function): explorations and checked
         misses (``source="check"``) and users' :meth:`feedback` (``"feedback"``). See
         docs/labels.md; ``cachekit export-labels`` reads the ones shared through Redis."""
-        return cache_labels(self.engine)
+        return cache_labels(self._engine)
 
 
 def _redis_tier(
@@ -300,7 +511,7 @@ def _redis_tier(
     options: dict[str, Any] | None,
 ) -> StorageTier:
     try:
-        from cachekit.storage.redis import RedisTier
+        from cachekit.backends.redis import RedisTier
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("Redis support needs redis-py: pip install 'cachekit-ml[redis]'") from exc
     return RedisTier(

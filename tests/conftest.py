@@ -21,7 +21,7 @@ import pytest
 if TYPE_CHECKING:
     import openai
 
-    from cachekit.proxy.testing import FakeUpstream
+    from cachekit.testing.upstream import FakeUpstream
 
 sys.path.insert(0, str(Path(__file__).parent))  # so test modules can `import redis_servers`
 
@@ -177,7 +177,7 @@ def closing() -> Iterator[Callable[[Any], Any]]:
 def upstream() -> Iterator[FakeUpstream]:
     """A fake OpenAI-compatible upstream over real HTTP, one per test module (a module may
     define its own: test_proxy_poison does). Imported here, not at the top: FastAPI is an extra."""
-    from cachekit.proxy.testing import FakeUpstream, serving
+    from cachekit.testing.upstream import FakeUpstream, serving
 
     with serving(FakeUpstream()) as fake:
         yield fake

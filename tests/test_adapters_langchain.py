@@ -13,7 +13,7 @@ from langchain_core.outputs import Generation
 from langchain_tests.integration_tests.cache import AsyncCacheTestSuite, SyncCacheTestSuite
 
 from cachekit import Cache
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 
 def _semantic(cache: Cache) -> CachekitSemanticCache:

@@ -16,8 +16,8 @@ from openai.types.responses import Response, ResponseCompletedEvent, ResponseFun
 
 from cachekit import Cache, Status
 from cachekit.llm import CacheLookup, LLMCache, RequestError
-from cachekit.proxy.testing import FakeUpstream, UpstreamServer
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
+from cachekit.testing.upstream import FakeUpstream, UpstreamServer
 
 MODEL = "gpt-4o-mini"
 RESPONSES = "/v1/responses"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cachekit.background import BackgroundRefresh
+from cachekit._engine.background import BackgroundRefresh
 
 WAIT_S = 10.0
 

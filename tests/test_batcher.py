@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cachekit.semantic.batcher import MicroBatcher
-from cachekit.testing import wait_until
+from cachekit._engine.batcher import MicroBatcher
+from cachekit.testing.clock import wait_until
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""The BERT graph built from safetensors (cachekit.semantic.bert_graph), on a tiny random BERT
+"""The BERT graph built from safetensors (cachekit.semantic.embed.bert_graph), on a tiny random BERT
 the test writes: its ONNX Runtime output against a numpy forward pass of the same weights, and
 what the builder refuses. The real model's vectors are compared with sentence-transformers in
 tests/test_embedder.py."""
@@ -16,12 +16,12 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("safetensors")
 
-from cachekit.semantic.bert_graph import (
+from cachekit.semantic.embed.bert_graph import (
     IR_VERSION,
     UnsupportedModelError,
     build_bert_graph,
 )
-from cachekit.semantic.onnx_runner import onnx_session, session_options
+from cachekit.semantic.embed.onnx_runner import onnx_session, session_options
 
 HIDDEN, HEADS, INNER, LAYERS, VOCAB, POSITIONS = 8, 2, 16, 2, 30, 16
 EPS = 1e-12

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.fast_path import HIT_SAMPLE_EVERY
-from cachekit.testing import ManualClock, wait_until
+from cachekit._engine.fast_path import HIT_SAMPLE_EVERY
+from cachekit.testing.clock import ManualClock, wait_until
 
 
 @pytest.fixture
@@ -243,7 +243,7 @@ async def test_singleflight_50_tasks() -> None:
 
     tasks = [asyncio.create_task(slow(1)) for _ in range(50)]
     deadline = time.monotonic() + 10
-    while cache.engine.waiting() < 49:
+    while cache._engine.waiting() < 49:
         assert time.monotonic() < deadline, "the other tasks never waited on the first"
         await asyncio.sleep(0)
     release.set()
@@ -422,7 +422,7 @@ def test_an_entry_evicted_between_a_hit_and_its_timing_read_is_still_served() ->
     """The sampled hit reads its entry a second time to time the read; an entry evicted in
     between (by another thread) leaves the hit as it was, never a KeyError."""
     cache = Cache()
-    l1 = cache.engine.l1
+    l1 = cache._engine.l1
     assert l1 is not None
     real_read = l1.getitem
     armed = threading.Event()

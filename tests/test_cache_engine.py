@@ -18,9 +18,9 @@ import pytest
 from redis_servers import RedisServer
 
 from cachekit import Cache, Status
-from cachekit.storage.memory import MemoryTier
-from cachekit.testing import ManualClock, wait_until
-from cachekit.types import MISSED
+from cachekit._core.types import MISSED
+from cachekit.backends.memory import MemoryTier
+from cachekit.testing.clock import ManualClock, wait_until
 
 MODES = ["sync", "async"]
 
@@ -118,7 +118,7 @@ def start_then_release(
     result: list[Any] = []
     t = threading.Thread(target=lambda: result.extend(concurrently(mode, f, arg, n)))
     t.start()
-    wait_until(lambda: gate.inside.is_set() and cache.engine.waiting() == n - 1)
+    wait_until(lambda: gate.inside.is_set() and cache._engine.waiting() == n - 1)
     gate.release.set()
     t.join(30)
     return result
@@ -305,7 +305,7 @@ def semantic_test_embedder() -> Any:
     semantic extra (numpy and faiss), such as a base install."""
     pytest.importorskip("numpy")
     pytest.importorskip("faiss")
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
 
     return DeterministicTestEmbedder()
 
@@ -391,14 +391,14 @@ def test_feature_loads_shared_and_failures_not_cached(mode: str) -> None:
 
 def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
     tier = MemoryTier()
-    writer = Cache(l2=tier).engine
+    writer = Cache(l2=tier)._engine
     key = writer.make_key("kv", "_", "a")
     assert run(
         mode,
         lambda: writer.store_many([(key, "A", 60.0, 0.0, None)]),
         lambda: writer.astore_many([(key, "A", 60.0, 0.0, None)]),
     ) == [True]
-    reader = Cache(l2=tier).engine  # another process: its L1 is empty
+    reader = Cache(l2=tier)._engine  # another process: its L1 is empty
     keys = [reader.make_key("kv", "_", name) for name in ("a", "b")]
     found = run(mode, lambda: reader.lookup_many(keys), lambda: reader.alookup_many(keys))
     assert [(f.status, f.tier) for f in found] == [(Status.HIT, "l2"), (Status.MISS, None)]
@@ -414,11 +414,11 @@ def test_lookup_many_answers_from_l1_then_one_shared_read(mode: str) -> None:
 
 def test_lookup_lazy_builds_remote_keys_once_and_only_for_l1_misses(mode: str) -> None:
     tier = MemoryTier()
-    writer = Cache(l2=tier).engine
+    writer = Cache(l2=tier)._engine
     keys = {n: writer.make_key("kv", "_", n, ("L", n)) for n in "abcd"}
     items = [(keys["a"], "A", 60.0, 0.0, None), (keys["b"], "B", 60.0, 0.0, None)]
     run(mode, lambda: writer.store_many(items), lambda: writer.astore_many(items))
-    reader = Cache(l2=tier).engine
+    reader = Cache(l2=tier)._engine
     reader.store_many([(keys["c"], "C", 60.0, 0.0, None)])  # in the reader's L1 (and L2)
     prefix = reader.remote_prefix("kv", "_")
     assert prefix + "a" == keys["a"].remote
@@ -454,7 +454,7 @@ def test_lookup_lazy_builds_remote_keys_once_and_only_for_l1_misses(mode: str) -
 
 
 def test_batch_keys_and_ttls_match_the_single_forms() -> None:
-    engine = Cache(namespace="ns").engine
+    engine = Cache(namespace="ns")._engine
     parts, locals_ = ["a", "b"], [("L", 1), ("L", 2)]
     assert engine.make_keys("feat", "user@v1", parts, locals_) == [
         engine.make_key("feat", "user@v1", p, lk) for p, lk in zip(parts, locals_, strict=True)
@@ -481,9 +481,9 @@ def test_sync_wrapper_is_the_l1_fast_path() -> None:
         """Doubles."""
         return 2 * x
 
-    probe = cache.engine.l1_fast_path(
-        "probe", None, lambda a, kw: a, cache.engine.telemetry.function(), lambda a, kw: None
+    probe = cache._engine.l1_fast_path(
+        "probe", None, lambda a, kw: a, cache._engine.telemetry.function(), lambda a, kw: None
     )
-    assert f.__code__ is probe.__code__
+    assert f.__code__ is probe.__code__  # type: ignore[attr-defined]
     assert f.__name__ == "f" and f.__doc__ == "Doubles." and f(21) == 42 and f(21) == 42
     assert cache.stats().hits == 1

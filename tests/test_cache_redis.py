@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from cachekit import Cache, Status
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,10 +186,10 @@ async def test_async_functions_share_through_redis(redis_server) -> None:
     assert await ga(3) == {"x": 3}
     assert await gb(3) == {"x": 3}
     assert (await gb.lookup(3)).status is Status.HIT
-    assert a.engine.wait_following(10)
+    assert a._engine.wait_following(10)
     await gb.invalidate(3)
     # The invalidation reaches a's L1 through the namespace's invalidation channel.
-    wait_until(lambda: a.engine.l1 is not None and len(a.engine.l1) == 0)
+    wait_until(lambda: a._engine.l1 is not None and len(a._engine.l1) == 0)
     assert (await ga.lookup(3)).status is Status.MISS
     a.close()
     b.close()
@@ -266,12 +266,12 @@ def test_a_refresh_running_past_close_leaves_no_connection_open(redis_server) ->
 
     try:
         cache.set("warm", 0)
-        assert cache.engine.refresh_in_background("t", refresh)
+        assert cache._engine.refresh_in_background("t", refresh)
         assert inside.wait(10)
         cache.close()
-        assert not cache.engine.refresh_in_background("u", lambda: None)  # none after close
+        assert not cache._engine.refresh_in_background("u", lambda: None)  # none after close
         release.set()
-        wait_until(lambda: not cache.engine.refreshing(), timeout=10)
+        wait_until(lambda: not cache._engine.refreshing(), timeout=10)
         wait_until(lambda: others() == [], timeout=10)
     finally:
         release.set()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cachekit import cli
+import cachekit.cli.main as cli
 from cachekit.proxy import server as serve_cli
 
 

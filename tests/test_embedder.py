@@ -1,4 +1,4 @@
-"""Tests for cachekit.semantic.embedder and the test double in cachekit.semantic.testing.
+"""Tests for cachekit.semantic.embed.embedder and the test double in cachekit.testing.embedders.
 
 Tests marked ``model`` load the packaged all-MiniLM-L6-v2 (offline) with both backends.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cachekit.protocols import Embedder
-from cachekit.semantic.embedder import (
+from cachekit._core.protocols import Embedder
+from cachekit.semantic.embed.embedder import (
     CachedEmbedder,
     CallableEmbedder,
     SentenceTransformerEmbedder,
@@ -29,9 +29,9 @@ from cachekit.semantic.embedder import (
     default_cache_dir,
     readable_chars,
 )
-from cachekit.semantic.onnx_runner import OnnxRunner
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.testing import wait_until
+from cachekit.semantic.embed.onnx_runner import OnnxRunner
+from cachekit.testing.clock import wait_until
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_test_embedder_similarity_properties() -> None:
 def test_test_embedder_is_stable_across_processes() -> None:
     # Python's hash() is salted per process; the embedder must not depend on it.
     code = (
-        "from cachekit.semantic.testing import DeterministicTestEmbedder as D;"
+        "from cachekit.testing.embedders import DeterministicTestEmbedder as D;"
         "import sys; sys.stdout.write(D(16).embed(['stable text'])[0].tobytes().hex())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_ROOT)}
@@ -460,7 +460,7 @@ def test_auto_falls_back_to_torch(
 
     monkeypatch.setattr(SentenceTransformerEmbedder, "_load_onnx", broken)
     emb = SentenceTransformerEmbedder(backend="auto")
-    with caplog.at_level(logging.WARNING, logger="cachekit.semantic.embedder"):
+    with caplog.at_level(logging.WARNING, logger="cachekit.semantic.embed.embedder"):
         emb.load()
     assert emb.backend == "torch" and emb.name == "all-MiniLM-L6-v2:torch"
     assert "simulated" in caplog.text
@@ -522,8 +522,8 @@ def test_fast_path_truncates_at_max_seq_length(onnx_embedder: SentenceTransforme
 
 @pytest.mark.model
 def test_onnx_runner_concurrent_calls(onnx_embedder: SentenceTransformerEmbedder) -> None:
-    from cachekit.semantic.bert_graph import build_bert_graph
-    from cachekit.semantic.onnx_runner import onnx_session, session_options
+    from cachekit.semantic.embed.bert_graph import build_bert_graph
+    from cachekit.semantic.embed.onnx_runner import onnx_session, session_options
 
     folder = onnx_embedder.model_folder
     assert folder is not None

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cachekit.extras import MissingExtraError, check_faiss_distributions, require
+from cachekit._core.extras import MissingExtraError, check_faiss_distributions, require
 
 
 def test_require_names_the_extra_and_the_command() -> None:
@@ -35,7 +35,7 @@ def test_a_mixed_faiss_install_is_refused(tmp_path) -> None:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: faiss-gpu\nVersion: 1.0\n")
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "from cachekit.extras import check_faiss_distributions\n"
+        "from cachekit._core.extras import check_faiss_distributions\n"
         "try:\n    check_faiss_distributions()\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

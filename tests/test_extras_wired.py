@@ -32,7 +32,7 @@ SEMANTIC_DEFAULT = """
 """
 
 SEMANTIC_TEST_EMBEDDER = """
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
     @cache.semantic(threshold=0.9, embedder=DeterministicTestEmbedder(), batching=False)
     def answer(prompt: str) -> str:
         return prompt
@@ -114,7 +114,7 @@ def test_a_command_names_its_missing_extra_instead_of_a_traceback(
 ) -> None:
     code = (
         f"import sys; sys.modules[{blocked!r}] = None\n"
-        "from cachekit.cli import main\n"
+        "from cachekit.cli.main import main\n"
         f"sys.exit(main({argv!r}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -131,7 +131,7 @@ def test_the_command_line_loads_without_the_proxy_and_replay_extras() -> None:
         "import sys\n"
         "for m in ('httpx', 'fastapi', 'starlette', 'uvicorn', 'rich', 'matplotlib'):\n"
         "    sys.modules[m] = None\n"
-        "from cachekit.cli import build_parser\n"
+        "from cachekit.cli.main import build_parser\n"
         "build_parser().parse_args(['demo'])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -21,7 +21,7 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 
-from cachekit.proxy.testing import FakeUpstream, serving
+from cachekit.testing.upstream import FakeUpstream, serving
 
 RESPONSES = "/v1/responses"
 TOOLS: list[Any] = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]

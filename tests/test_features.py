@@ -12,9 +12,9 @@ import pytest
 from redis_servers import RedisServer
 
 from cachekit import Cache
+from cachekit.backends.memory import MemoryTier
 from cachekit.features import FeatureBatch, FeatureResult, PartialLoadError
-from cachekit.storage.memory import MemoryTier
-from cachekit.testing import ManualClock, wait_until
+from cachekit.testing.clock import ManualClock, wait_until
 
 
 async def async_wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -621,7 +621,7 @@ def test_bad_ids_and_bad_loaders_raise_clear_type_errors() -> None:
     with pytest.raises(ValueError):
         Cache().features("user", loader=load, jitter=1.0)
     with pytest.raises(TypeError):
-        Cache().features("user", loader=None)
+        Cache().features("user", loader=None)  # type: ignore[arg-type]
 
 
 def test_telemetry_section() -> None:
@@ -680,7 +680,7 @@ def test_copying_and_sharing_sets_of_one_name_never_share_objects() -> None:
 
 def test_copy_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="copy and write_behind must be True or False"):
-        Cache().features("user", loader=Loader(), copy="no")
+        Cache().features("user", loader=Loader(), copy="no")  # type: ignore[arg-type]
 
 
 def test_replica_invalidation_reaches_batch_filled_entries(redis_server: RedisServer) -> None:
@@ -689,7 +689,7 @@ def test_replica_invalidation_reaches_batch_filled_entries(redis_server: RedisSe
     a = Cache(redis_url=redis_server.url, namespace="inval-batch", redis_timeout=2.0)
     b = Cache(redis_url=redis_server.url, namespace="inval-batch", redis_timeout=2.0)
     try:
-        assert a.engine.wait_following(5.0) and b.engine.wait_following(5.0)
+        assert a._engine.wait_following(5.0) and b._engine.wait_following(5.0)
         loader = Loader()
         fa = a.features("user", loader=loader)
         fb = b.features("user", loader=loader)
@@ -716,7 +716,7 @@ class GatedStores:
     def __init__(self, cache: Cache) -> None:
         self.gate = threading.Event()
         self.started = threading.Event()
-        engine: Any = cache.engine
+        engine: Any = cache._engine
         sync, asyn = engine.store_many, engine.astore_many
 
         def store_many(items: Any, **kw: Any) -> Any:
@@ -775,7 +775,7 @@ def test_write_behind_requests_meanwhile_wait_instead_of_loading_again() -> None
         second: list[Any] = []
         t = threading.Thread(target=lambda: second.append(fs.get_many([2, 3])))
         t.start()
-        wait_until(lambda: cache.engine.waiting() >= 1, timeout=5.0)  # waits on id 2's load
+        wait_until(lambda: cache._engine.waiting() >= 1, timeout=5.0)  # waits on id 2's load
         gated.gate.set()
         t.join(10.0)
         assert second == [{2: {"id": 2, "v": 1}, 3: {"id": 3, "v": 1}}]
@@ -821,4 +821,4 @@ def test_write_behind_after_close_stores_inline() -> None:
 
 def test_write_behind_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="copy and write_behind must be True or False"):
-        Cache().features("user", loader=Loader(), write_behind=1)
+        Cache().features("user", loader=Loader(), write_behind=1)  # type: ignore[arg-type]

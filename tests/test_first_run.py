@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from cachekit import Cache
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 FIRST_LOAD = """
 import json, sys, warnings
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
-    from cachekit.semantic.embedder import SentenceTransformerEmbedder
+    from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
     emb = SentenceTransformerEmbedder()
     emb.embed(["hello"])
 heavy = [m for m in ("torch", "sentence_transformers", "transformers") if m in sys.modules]

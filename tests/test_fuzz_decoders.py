@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachekit.keys import UnkeyableArgument, local_key, stable_digest
-from cachekit.protocols import Serializer
-from cachekit.serialization import (
+from cachekit._core.keys import UnkeyableArgument, local_key, stable_digest
+from cachekit._core.protocols import Serializer
+from cachekit._core.serialization import (
     Envelope,
     JsonSerializer,
     MsgpackSerializer,
@@ -30,7 +30,7 @@ from cachekit.serialization import (
     decode_envelope,
     parse_version,
 )
-from cachekit.storage.memory import MemoryStore
+from cachekit.backends.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = settings(
@@ -216,9 +216,9 @@ def test_keys_are_total_and_local_keys_agree_with_stable_keys(a: Any, b: Any) ->
 
 DEEP = textwrap.dedent("""
     import json, msgpack
-    from cachekit.serialization import (JsonSerializer, MsgpackSerializer, SerializationError,
+    from cachekit._core.serialization import (JsonSerializer, MsgpackSerializer, SerializationError,
                                         decode_envelope)
-    from cachekit.keys import UnkeyableArgument, stable_digest
+    from cachekit._core.keys import UnkeyableArgument, stable_digest
 
     def ext_nest(depth, code):
         inner = msgpack.packb(None)

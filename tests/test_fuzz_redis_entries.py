@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis_servers import RedisServer
 
-from cachekit import Cache
-from cachekit.serialization import SignedSerializer
+from cachekit import Cache, FeatureSet
+from cachekit._core.serialization import SignedSerializer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +207,9 @@ def test_every_l1_reader_hands_out_a_copy(redis_server: RedisServer) -> None:
         reader.get("k")["a"].append(2)  # filled L1 from the shared tier
         reader.get("k")["a"].append(3)  # an L1 hit
         assert reader.get("k") == {"a": [1]}
-        feats = reader.features("user", loader=lambda ids: {i: [i] for i in ids}, ttl=60)
+        feats: FeatureSet[int] = reader.features(
+            "user", loader=lambda ids: {i: [i] for i in ids}, ttl=60
+        )
         feats.get_many([1, 2])[1].append(9)  # loaded
         feats.get_many([1, 2])[1].append(9)  # L1 hits
         assert feats.get_many([1, 2])[1] == [1]
@@ -256,7 +258,7 @@ def test_a_signed_entry_moved_to_another_key_is_refused(
                 return f"computed:{x}"
 
             call = lambda x: asyncio.run(af(x))  # noqa: E731
-            f = af
+            f = af  # type: ignore[assignment]
         assert call(1) == "computed:1"
         answer = raw.get(f.cache_key(1))
         assert answer is not None

@@ -19,8 +19,8 @@ faiss = pytest.importorskip("faiss")
 torch = pytest.importorskip("torch")
 
 from cachekit import Cache, Status  # noqa: E402
-from cachekit.semantic.embedder import SentenceTransformerEmbedder  # noqa: E402
-from cachekit.semantic.index import FaissIndex, gpu_available  # noqa: E402
+from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder  # noqa: E402
+from cachekit.semantic.index.faiss_index import FaissIndex, gpu_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and gpu_available()),

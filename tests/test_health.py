@@ -10,8 +10,8 @@ import pytest
 from redis_servers import RedisServer, free_port
 
 from cachekit import Cache
-from cachekit.health import diagnose
-from cachekit.testing import wait_until
+from cachekit._core.health import diagnose
+from cachekit.testing.clock import wait_until
 
 
 def checked(cache: Cache) -> None:
@@ -145,7 +145,7 @@ def test_diagnoses(message: str, cause: str) -> None:
 def test_a_missing_database_number_is_diagnosed_on_a_real_server(redis_url: str) -> None:
     url = redis_url.rsplit("/", 1)[0] + "/99"
     with Cache(redis_url=url, redis_timeout=0.5) as cache:
-        h = cache.engine.check_shared_tier()
+        h = cache._engine.check_shared_tier()
     assert h.last_error is not None
     assert "database number does not exist" in h.last_error.cause
     assert "below the server's `databases` setting" in h.last_error.fix

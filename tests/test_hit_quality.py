@@ -14,8 +14,8 @@ import pytest
 
 from cachekit import Cache, Status
 from cachekit.semantic.arbiter import HitArbiter
-from cachekit.semantic.error_bounded import EmbeddingComparator, ErrorBoundedPolicy
-from cachekit.semantic.policy import (
+from cachekit.semantic.policy.error_bounded import EmbeddingComparator, ErrorBoundedPolicy
+from cachekit.semantic.policy.hit_policy import (
     AcceptPolicyAdapter,
     Candidate,
     Decision,
@@ -23,15 +23,15 @@ from cachekit.semantic.policy import (
     ThresholdPolicy,
     resolve_policy,
 )
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.semantic.verifier import (
+from cachekit.semantic.policy.verifier import (
     VerifiedPolicy,
     VerifierModel,
     load_pairs,
     pair_part,
     train_verifier,
 )
-from cachekit.semantic.verifier_features import FEATURE_NAMES, pair_features
+from cachekit.semantic.policy.verifier_features import FEATURE_NAMES, pair_features
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"  # 0.913 with STORED under the test embedder
@@ -204,18 +204,18 @@ def test_bad_pairs_file_names_the_line(tmp_path: Path) -> None:
 
 
 def test_train_verifier_command_reports_errors(tmp_path: Path, capsys: Any) -> None:
-    from cachekit.cli import main
+    from cachekit.cli.main import main
 
     assert main(["train-verifier", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path)]) == 2
     assert "train-verifier" in capsys.readouterr().err
 
 
 def test_train_verifier_command_takes_an_embedder(tmp_path: Path, capsys: Any) -> None:
-    from cachekit.cli import main
+    from cachekit.cli.main import main
 
     pairs = synthetic_pairs(tmp_path / "pairs.jsonl")
     out = tmp_path / "out"
-    spec = "cachekit.semantic.testing:DeterministicTestEmbedder"
+    spec = "cachekit.testing.embedders:DeterministicTestEmbedder"
     assert main(["train-verifier", str(pairs), "--out", str(out), "--embedder", spec]) == 0
     info = json.loads((out / "verifier.json").read_text())["info"]
     assert info["embedder"] == DeterministicTestEmbedder().name

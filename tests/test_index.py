@@ -1,4 +1,4 @@
-"""Conformance tests for :class:`cachekit.protocols.VectorIndex` implementations, plus
+"""Conformance tests for :class:`cachekit._core.protocols.VectorIndex` implementations, plus
 FaissIndex-specific behaviour (exact -> HNSW migration, tombstone compaction, devices).
 
 To run the conformance suite against another implementation, add an :class:`IndexVariant` to
@@ -18,9 +18,9 @@ import pytest
 
 faiss = pytest.importorskip("faiss")
 
-from cachekit.protocols import VectorIndex  # noqa: E402
-from cachekit.semantic.hnsw import HnswGraph  # noqa: E402
-from cachekit.semantic.index import FaissIndex, gpu_available  # noqa: E402
+from cachekit._core.protocols import VectorIndex  # noqa: E402
+from cachekit.semantic.index.faiss_index import FaissIndex, gpu_available  # noqa: E402
+from cachekit.semantic.index.hnsw import HnswGraph  # noqa: E402
 
 DIM = 32
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.testing import ManualClock, wait_until
+from cachekit.testing.clock import ManualClock, wait_until
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def caches(redis_server: Any) -> Iterator[Callable[[str], Cache]]:
         cache = Cache(redis_url=redis_server.url, namespace=namespace, redis_timeout=0.2, **kw)
         made.append(cache)
         # Pub/sub keeps nothing for a late subscriber: the test must not publish before.
-        assert cache.engine.wait_following(10)
+        assert cache._engine.wait_following(10)
         return cache
 
     yield make
@@ -42,7 +42,7 @@ def ns() -> str:
 
 
 def _l1_size(cache: Cache) -> int:
-    l1 = cache.engine.l1
+    l1 = cache._engine.l1
     assert l1 is not None
     return len(l1)
 
@@ -161,7 +161,7 @@ def test_malformed_invalidation_messages_are_ignored(caches: Callable[..., Cache
     a = caches(name)
     fa = a.cached(name="f", ttl=300)(lambda x: x)
     fa(1)
-    client = a.engine.l2.client  # type: ignore[union-attr]
+    client = a._engine.l2.client  # type: ignore[union-attr]
     channel = f"ck:{name}:invalidations"
     for junk in (b"\xff\x00", b"[]", b'{"o": 1}', b'{"o": "x", "k": [1, null]}'):
         client.publish(channel, junk)
@@ -181,10 +181,10 @@ def test_a_lost_version_key_does_not_resurrect_retired_entries(
     assert fa(1) == "old"
     old_key = fa.cache_key(1)
     assert a.invalidate_namespace()
-    assert a.engine.version == 1
+    assert a._engine.version == 1
     value["v"] = "new"
     assert fa(1) == "new"
-    client = a.engine.l2.client  # type: ignore[union-attr]
+    client = a._engine.l2.client  # type: ignore[union-attr]
     version_key = f"ck:{name}:__version__"
     assert client.get(old_key) is not None  # the retired entry is still in Redis ...
     client.delete(version_key)  # ... and the version key is evicted
@@ -192,12 +192,12 @@ def test_a_lost_version_key_does_not_resurrect_retired_entries(
     # A process that knows version 1 keeps it and re-seeds the key; the next bump goes past it.
     clock.advance(2.0)  # past version_refresh_s: the next call re-reads the version
     assert fa(1) == "new"
-    assert a.engine.version == 1 and client.get(version_key) == b"1"
+    assert a._engine.version == 1 and client.get(version_key) == b"1"
     fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
     assert fb(1) == "new"  # b reads version 1: the retired version-0 entry stays retired
     client.delete(version_key)
     assert b.invalidate_namespace()
-    assert int(client.get(version_key)) == 2 and b.engine.version == 2
+    assert int(client.get(version_key)) == 2 and b._engine.version == 2
 
 
 def test_a_garbage_version_key_costs_nothing(caches: Callable[..., Cache]) -> None:
@@ -205,7 +205,7 @@ def test_a_garbage_version_key_costs_nothing(caches: Callable[..., Cache]) -> No
     a = caches(name)
     fa = a.cached(name="f", ttl=300)(lambda x: x * 2)
     assert a.invalidate_namespace()
-    client = a.engine.l2.client  # type: ignore[union-attr]
+    client = a._engine.l2.client  # type: ignore[union-attr]
     client.set(f"ck:{name}:__version__", "not a number")
     fresh = caches(name)
     ff = fresh.cached(name="f", ttl=300)(lambda x: x * 2)
@@ -213,7 +213,7 @@ def test_a_garbage_version_key_costs_nothing(caches: Callable[..., Cache]) -> No
     # Both moved past version 1 to the same new epoch, which the key now holds as digits.
     stored = client.get(f"ck:{name}:__version__")
     assert stored.isdigit() and int(stored) > 1
-    assert a.engine.version == fresh.engine.version == int(stored)
+    assert a._engine.version == fresh._engine.version == int(stored)
 
 
 def _epoch_of(client: Any, version_key: str, above: int) -> int:
@@ -234,12 +234,12 @@ def _retire_two_versions(
     fa = a.cached(name="f", ttl=300)(lambda x: value["v"])
     assert fa(1) == "v0"
     retired = [fa.cache_key(1)]
-    assert a.invalidate_namespace() and a.engine.version == 1
+    assert a.invalidate_namespace() and a._engine.version == 1
     value["v"] = "v1"
     assert fa(1) == "v1"
     retired.append(fa.cache_key(1))
     value["v"] = "new"
-    client = a.engine.l2.client  # type: ignore[union-attr]
+    client = a._engine.l2.client  # type: ignore[union-attr]
     assert all(client.get(k) is not None for k in retired)
     return a, fa, retired, client
 
@@ -258,18 +258,18 @@ def test_a_saturated_version_key_moves_to_a_new_epoch(
     else:
         import asyncio
 
-        assert asyncio.run(a.engine.ainvalidate_namespace())
+        assert asyncio.run(a._engine.ainvalidate_namespace())
     epoch = _epoch_of(client, version_key, above=1)
-    assert a.engine.version == epoch
+    assert a._engine.version == epoch
     assert fa(1) == "new" and fa.cache_key(1) not in retired
     assert all(client.get(k) is not None for k in retired)  # still there, never served
 
     # A process started afterwards reads the epoch: neither retired entry comes back.
     b = caches(name, clock=clock)
     fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
-    assert fb(1) == "new" and b.engine.version == epoch
+    assert fb(1) == "new" and b._engine.version == epoch
     assert b.invalidate_namespace()
-    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == b.engine.version
+    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == b._engine.version
     assert fb(1) == "computed by b"
 
 
@@ -290,13 +290,13 @@ def test_a_malformed_version_key_neither_raises_nor_resurrects(
     fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
     assert fb(1) == "computed by b"
     epoch = _epoch_of(client, version_key, above=1)
-    assert b.engine.version == epoch and fb.cache_key(1) not in retired
+    assert b._engine.version == epoch and fb.cache_key(1) not in retired
 
     # The process that knew version 1 follows it to the epoch at its next version check.
     clock.advance(2.0)
-    assert fa(1) == "computed by b" and a.engine.version == epoch
+    assert fa(1) == "computed by b" and a._engine.version == epoch
     assert a.invalidate_namespace()
-    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == a.engine.version
+    assert _epoch_of(client, version_key, above=epoch) == epoch + 1 == a._engine.version
 
 
 def test_a_malformed_version_key_is_replaced_by_the_next_bump(
@@ -308,9 +308,9 @@ def test_a_malformed_version_key_is_replaced_by_the_next_bump(
     version_key = f"ck:{name}:__version__"
     for junk in ("-3", "1.5"):
         client.set(version_key, junk)
-        known = a.engine.version
+        known = a._engine.version
         assert a.invalidate_namespace()  # before any read of the junk
-        assert a.engine.version == _epoch_of(client, version_key, above=known)
+        assert a._engine.version == _epoch_of(client, version_key, above=known)
         assert fa(1) == "new" and fa.cache_key(1) not in retired
 
 
@@ -323,11 +323,11 @@ def test_a_lowered_version_key_is_put_back_by_a_running_process(
     version_key = f"ck:{name}:__version__"
     client.set(version_key, 0)
     clock.advance(2.0)
-    assert fa(1) == "v1" and a.engine.version == 1  # never backwards ...
+    assert fa(1) == "v1" and a._engine.version == 1  # never backwards ...
     assert client.get(version_key) == b"1"  # ... and the key is put back
     b = caches(name, clock=clock)
     fb = b.cached(name="f", ttl=300)(lambda x: "computed by b")
-    assert fb(1) == "v1" and b.engine.version == 1  # not version 0's retired entry
+    assert fb(1) == "v1" and b._engine.version == 1  # not version 0's retired entry
     assert fb.cache_key(1) == retired[1] != retired[0]
 
 
@@ -345,14 +345,14 @@ def test_an_exhausted_version_moves_every_process_to_a_new_epoch(
     client.set(version_key, planted)
     clock.advance(2.0)
     assert fa(1) == "new" and fb(1) == "new"  # both adopted it: never backwards
-    assert a.engine.version == b.engine.version == planted
+    assert a._engine.version == b._engine.version == planted
     retired.append(fa.cache_key(1))
 
     assert a.invalidate_namespace()
     epoch = _epoch_of(client, version_key, above=1)
-    assert epoch < 2**52 and a.engine.version == epoch
+    assert epoch < 2**52 and a._engine.version == epoch
     clock.advance(2.0)
-    assert fb(1) == "computed by b" and b.engine.version == epoch  # b followed it down
+    assert fb(1) == "computed by b" and b._engine.version == epoch  # b followed it down
     assert fa(1) == "computed by b" and fa.cache_key(1) not in retired
     assert all(client.get(k) is not None for k in retired)
 
@@ -366,7 +366,7 @@ def test_invalidation_reaches_the_other_replica_on_a_cluster(redis_cluster: Any)
         fb = b.cached(name="f", ttl=300)(lambda x: x)
         fa(1)
         assert fb(1) == 1 and fb.lookup(1).tier == "l1"
-        assert b.engine.wait_following(10)
+        assert b._engine.wait_following(10)
         fa.invalidate(1)
         wait_until(lambda: fb.lookup(1).status is Status.MISS, timeout=5)
     finally:

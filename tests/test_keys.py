@@ -14,7 +14,7 @@ import pytest
 from redis_servers import RedisServer
 
 from cachekit import Cache
-from cachekit.keys import (
+from cachekit._core.keys import (
     SCALAR_SIGNATURES,
     ArgNormalizer,
     UnkeyableArgument,
@@ -169,7 +169,7 @@ def test_unkeyable_argument_names_the_fix() -> None:
 
 def test_keys_are_stable_across_processes() -> None:
     code = (
-        "from cachekit.keys import stable_digest;"
+        "from cachekit._core.keys import stable_digest;"
         "print(stable_digest(('hello', 1, 2.5, {'k': [1, 'x']}, None)))"
     )
     outs = {
@@ -197,7 +197,7 @@ def test_cache_key_contains_namespace_and_version() -> None:
     assert key.startswith("ck:myapp:v0:f:predict:")
     cache.invalidate_namespace()
     assert predict.cache_key(3).startswith("ck:myapp:v1:f:predict:")
-    assert predict.cache_key(3) != predict.cache_key(3.0)
+    assert predict.cache_key(3) != predict.cache_key(3.0)  # type: ignore[arg-type]
 
 
 def test_custom_key_function() -> None:

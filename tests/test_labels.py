@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.labels import add_parser, run
-from cachekit.replay.labels import truth_pairs
+from cachekit.cli.export_labels import add_parser, run
+from cachekit.replay.truth_pairs import truth_pairs
 from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
-from cachekit.semantic.error_bounded import ErrorBoundedPolicy
-from cachekit.semantic.pairs import latest_labels, read_pairs
-from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.semantic.policy.error_bounded import ErrorBoundedPolicy
+from cachekit.semantic.policy.hit_policy import Candidate, Decision, ThresholdPolicy
+from cachekit.semantic.policy.pairs import latest_labels, read_pairs
 from cachekit.semantic.tier import semantic_base
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"  # 0.913 with STORED under the test embedder
-EMBEDDER = "cachekit.semantic.testing:DeterministicTestEmbedder"
+EMBEDDER = "cachekit.testing.embedders:DeterministicTestEmbedder"
 
 # ---------------------------------------------------------------------- replay truth
 

@@ -1,13 +1,16 @@
-"""The package's layering, as a test: imports go down the layers, never up, and no module uses
-another module's private names.
+"""The package's layering, as a test: the folder a module lives in is its layer and job, and
+imports between folders follow the rules below; no import circles; no module uses another module's
+private names.
 
-Layers, lowest first (see docs/architecture.md): types < mechanisms < engine < entry points <
-front < applications. The applications (the OpenAI request rules, the proxy, replay, the client
-adapters, the command line and the demo) are built on what users import, the ``Cache`` front,
-exactly as a user's own code would be.
+The rules, lowest first (docs/architecture.md draws them): the private core imports nothing else of
+cachekit; the backends only the core; the private engine the core and the backends; the entry
+points (``exact``, ``features``, ``semantic``) the engine and below, and ``semantic``'s own folders
+(``embed``, ``index``, ``policy``, ``train``) never ``semantic``'s tier or decorator; the front
+(``cache`` and the package) the entry points; the applications (``llm``, ``proxy``, ``replay``,
+``cli``, ``testing``, the adapters) what they need, never the engine. Nothing imports an
+application except a later application.
 An import counts wherever it is written (a function-level import included); imports under
-``if TYPE_CHECKING:`` do not, since they never run. A module may import from its own layer as
-long as no import circle results (import circles are checked separately).
+``if TYPE_CHECKING:`` do not, since they never run.
 """
 
 from __future__ import annotations
@@ -21,77 +24,49 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"cachekit": ROOT / "cachekit", "cachekit.adapters": ROOT / "adapters"}
 
-TYPES, MECHANISMS, ENGINE, ENTRY_POINTS, FRONT, APPLICATIONS = range(6)
-LAYER_NAMES = ["types", "mechanisms", "engine", "entry points", "front", "applications"]
-
-#: Module (or package prefix) -> layer. The longest matching prefix wins.
-LAYERS: dict[str, int] = {
-    "cachekit._version": TYPES,
-    "cachekit.types": TYPES,
-    "cachekit.protocols": TYPES,
-    # The envelope and its codec: values and pure functions every layer may use.
-    "cachekit.serialization": TYPES,
-    # Standard-library-only helpers every layer may use: optional-dependency checks, argument
-    # checks, and the shared tier's health values with their diagnosis.
-    "cachekit.extras": TYPES,
-    "cachekit.lazy": TYPES,
-    "cachekit.validation": TYPES,
-    "cachekit.health": TYPES,
-    "cachekit.keys": MECHANISMS,
-    "cachekit.breaker": MECHANISMS,
-    "cachekit.guard": MECHANISMS,
-    "cachekit.namespace": MECHANISMS,
-    "cachekit.invalidations": MECHANISMS,
-    "cachekit.fast_path": MECHANISMS,
-    "cachekit.l1": MECHANISMS,
-    "cachekit.background": MECHANISMS,
-    "cachekit.singleflight": MECHANISMS,
-    "cachekit.sansio": MECHANISMS,
-    "cachekit.telemetry": MECHANISMS,
-    "cachekit.testing": MECHANISMS,
-    "cachekit.storage": MECHANISMS,
-    "cachekit.semantic.batcher": MECHANISMS,
-    "cachekit.semantic.embedder": MECHANISMS,
-    "cachekit.semantic.onnx_runner": MECHANISMS,
-    "cachekit.semantic.bert_graph": MECHANISMS,
-    "cachekit.semantic.model_files": MECHANISMS,
-    "cachekit.semantic.hnsw": MECHANISMS,
-    "cachekit.semantic.index": MECHANISMS,
-    "cachekit.semantic.entries": MECHANISMS,
-    "cachekit.semantic.embedding_cache": MECHANISMS,
-    "cachekit.semantic.snapshots": MECHANISMS,
-    "cachekit.semantic.tier_counters": MECHANISMS,
-    "cachekit.semantic.rwlock": MECHANISMS,
-    "cachekit.semantic.slot_lexicon": MECHANISMS,
-    "cachekit.semantic.slot_order": MECHANISMS,
-    "cachekit.semantic.slot_parse": MECHANISMS,
-    "cachekit.semantic.shared_store": MECHANISMS,
-    "cachekit.semantic.policy": MECHANISMS,
-    "cachekit.semantic.verifier": MECHANISMS,
-    "cachekit.semantic.verifier_features": MECHANISMS,
-    "cachekit.semantic.slots": MECHANISMS,
-    "cachekit.semantic.error_bounded": MECHANISMS,
-    # Labelled pairs and their measures, and a tune's settings and loader: pure mechanisms.
-    "cachekit.semantic.pairs": MECHANISMS,
-    "cachekit.semantic.tune_config": MECHANISMS,
-    "cachekit.semantic.tuned": MECHANISMS,
-    "cachekit.semantic.testing": MECHANISMS,
-    "cachekit.engine": ENGINE,
-    "cachekit.decorators": ENTRY_POINTS,
-    "cachekit.features": ENTRY_POINTS,
-    "cachekit.semantic": ENTRY_POINTS,  # the package, its decorator and its tier
-    "cachekit.cache": FRONT,
-    "cachekit": FRONT,  # the package itself re-exports the front
-    "cachekit.llm": APPLICATIONS,
-    "cachekit.proxy": APPLICATIONS,
-    "cachekit.replay": APPLICATIONS,
-    "cachekit.adapters": APPLICATIONS,
-    "cachekit.cli": APPLICATIONS,
-    "cachekit.labels": APPLICATIONS,
-    "cachekit.policy_options": APPLICATIONS,  # --policy and its setting, for serve and replay
-    "cachekit.demo": APPLICATIONS,
-    "cachekit.__main__": APPLICATIONS,
+CORE = {"cachekit._core", "cachekit._version"}
+BACKENDS = CORE | {"cachekit.backends"}
+ENGINE = BACKENDS | {"cachekit._engine"}
+SEMANTIC_PARTS = {
+    "cachekit.semantic.embed",
+    "cachekit.semantic.index",
+    "cachekit.semantic.policy",
+    "cachekit.semantic.train",
 }
+ENTRY_POINTS = (
+    ENGINE | SEMANTIC_PARTS | {"cachekit.exact", "cachekit.features", "cachekit.semantic"}
+)
+FRONT = ENTRY_POINTS | {"cachekit.cache", "cachekit"}
+#: What an application may use: the front and what it re-exports, never the engine.
+FOR_APPLICATIONS = FRONT - {"cachekit._engine"}
+
+#: Folder -> the folders its modules may import from (its own always allowed). A module's folder is
+#: the longest entry that prefixes its name; ``cachekit.cache`` and the package are the front.
+ALLOWED: dict[str, set[str]] = {
+    "cachekit._version": set(),
+    "cachekit._core": {"cachekit._version"},
+    "cachekit.backends": CORE,
+    "cachekit._engine": BACKENDS,
+    "cachekit.exact": ENGINE,
+    "cachekit.features": ENGINE,
+    "cachekit.semantic.embed": CORE,
+    "cachekit.semantic.index": CORE,
+    "cachekit.semantic.policy": CORE | {"cachekit.semantic.embed"},
+    "cachekit.semantic.train": CORE | {"cachekit.semantic.embed", "cachekit.semantic.policy"},
+    "cachekit.semantic": ENGINE | SEMANTIC_PARTS,
+    "cachekit.cache": ENTRY_POINTS,
+    "cachekit": FRONT,
+    "cachekit.llm": FOR_APPLICATIONS,
+    "cachekit.proxy": FOR_APPLICATIONS | {"cachekit.llm"},
+    "cachekit.replay": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy"},
+    "cachekit.testing": FOR_APPLICATIONS | {"cachekit.llm"},
+    "cachekit.adapters": FOR_APPLICATIONS | {"cachekit.llm"},
+    "cachekit.cli": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy", "cachekit.replay"},
+    "cachekit.__main__": {"cachekit.cli"},
+}
+
+#: No folder under cachekit/ holds more than this many modules (``__init__`` included).
+MAX_FOLDER_MODULES = 15
 
 
 def modules() -> dict[str, Path]:
@@ -108,14 +83,14 @@ MODULES = modules()
 TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
 
 
-def layer_of(module: str) -> int | None:
+def folder_of(module: str) -> str | None:
     best = None
-    for prefix in LAYERS:
+    for prefix in ALLOWED:
         if (module == prefix or module.startswith(prefix + ".")) and (
             best is None or len(prefix) > len(best)
         ):
             best = prefix
-    return None if best is None else LAYERS[best]
+    return best
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -153,9 +128,23 @@ def imports(name: str) -> Iterator[tuple[int, str, str]]:
                 yield node.lineno, full if full in MODULES else base, alias.name
 
 
-def test_every_module_has_a_layer() -> None:
-    unplaced = [m for m in MODULES if layer_of(m) is None]
-    assert not unplaced, f"assign a layer in tests/test_layering.py to: {unplaced}"
+def test_every_module_has_a_folder_rule() -> None:
+    unplaced = [m for m in MODULES if folder_of(m) is None]
+    assert not unplaced, f"give a rule in tests/test_layering.py to the folder of: {unplaced}"
+
+
+def test_every_rule_names_a_folder_that_exists() -> None:
+    gone = [f for f in ALLOWED if not any(m == f or m.startswith(f + ".") for m in MODULES)]
+    assert not gone, f"rules for folders that no longer exist: {gone}"
+
+
+def test_no_folder_holds_too_many_modules() -> None:
+    crowded = {
+        str(d.relative_to(ROOT)): n
+        for d in [ROOT / "cachekit", *(p for p in (ROOT / "cachekit").rglob("*") if p.is_dir())]
+        if (n := len(list(d.glob("*.py")))) > MAX_FOLDER_MODULES
+    }
+    assert not crowded, f"over {MAX_FOLDER_MODULES} modules: {crowded}"
 
 
 #: A module longer than this is split by job (docs/architecture.md names each module's job).
@@ -171,19 +160,17 @@ def test_no_module_is_over_the_line_bound() -> None:
     assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
 
 
-def test_imports_never_go_up_a_layer() -> None:
+def test_imports_follow_the_folder_rules() -> None:
     bad = []
     for name in MODULES:
-        own = layer_of(name)
+        own = folder_of(name)
         assert own is not None
         for line, target, _ in imports(name):
             if target not in MODULES or target == name:
                 continue
-            their = layer_of(target)
-            if their is not None and their > own:
-                bad.append(
-                    f"{name}:{line} ({LAYER_NAMES[own]}) imports {target} ({LAYER_NAMES[their]})"
-                )
+            theirs = folder_of(target)
+            if theirs is not None and theirs != own and theirs not in ALLOWED[own]:
+                bad.append(f"{name}:{line} ({own}) imports {target} ({theirs})")
     assert not bad, "\n".join(sorted(set(bad)))
 
 
@@ -275,27 +262,39 @@ def test_no_private_attributes_of_other_modules() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "layer"),
+    ("module", "folder"),
     [
-        ("cachekit.types", TYPES),
-        ("cachekit.engine", ENGINE),
-        ("cachekit.semantic.tier", ENTRY_POINTS),
-        ("cachekit.semantic.shared_store", MECHANISMS),
-        ("cachekit.cache", FRONT),
-        ("cachekit.storage.redis", MECHANISMS),
+        ("cachekit._core.types", "cachekit._core"),
+        ("cachekit._engine.engine", "cachekit._engine"),
+        ("cachekit.semantic.tier", "cachekit.semantic"),
+        ("cachekit.semantic.policy.slots", "cachekit.semantic.policy"),
+        ("cachekit.cache", "cachekit.cache"),
+        ("cachekit.backends.redis", "cachekit.backends"),
+        ("cachekit.adapters.openai", "cachekit.adapters"),
     ],
 )
-def test_layer_table(module: str, layer: int) -> None:
+def test_folder_of(module: str, folder: str) -> None:
     assert module in MODULES
-    assert layer_of(module) == layer
+    assert folder_of(module) == folder
 
 
-def test_checker_catches_an_upward_import() -> None:
-    # The check must be able to fail: an engine-level import of the front is caught.
-    tree = ast.parse("def f():\n    from cachekit.cache import Cache\n")
-    TREES["cachekit.engine"], saved = tree, TREES["cachekit.engine"]
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        (
+            "cachekit._engine.engine",
+            "def f():\n    from cachekit.semantic.tier import SemanticTier\n",
+        ),
+        ("cachekit._engine.engine", "import cachekit.llm.rules\n"),
+        ("cachekit.semantic.policy.slots", "from cachekit.semantic.tier import SemanticTier\n"),
+        ("cachekit.proxy.app", "from cachekit._engine.engine import Engine\n"),
+    ],
+)
+def test_checker_catches_a_forbidden_import(module: str, source: str) -> None:
+    # The check must be able to fail: each of these imports breaks a rule.
+    TREES[module], saved = ast.parse(source), TREES[module]
     try:
-        with pytest.raises(AssertionError, match=r"cachekit\.engine:2"):
-            test_imports_never_go_up_a_layer()
+        with pytest.raises(AssertionError, match=module.replace(".", r"\.")):
+            test_imports_follow_the_folder_rules()
     finally:
-        TREES["cachekit.engine"] = saved
+        TREES[module] = saved

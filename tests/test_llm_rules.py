@@ -33,8 +33,8 @@ from cachekit.llm import (
     sse_stream,
 )
 from cachekit.llm.rules import INTEGER_RANGES
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.testing import ManualClock
+from cachekit.testing.clock import ManualClock
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 
 def chat(*messages: Any, **params: Any) -> dict[str, Any]:

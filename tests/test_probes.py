@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"  # cosine 0.913 with STORED under the test embedder
@@ -95,7 +95,7 @@ def test_semantic_probes_are_not_hits(mode: str, closing: Callable[[Any], Any]) 
 
 
 def test_demo_telemetry_counts_served_calls_only(capsys: pytest.CaptureFixture[str]) -> None:
-    from cachekit.demo import run_demo
+    from cachekit.cli.demo import run_demo
 
     assert run_demo(semantic=False) == 0
     out = capsys.readouterr().out

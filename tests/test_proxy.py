@@ -1,6 +1,6 @@
 """``cachekit serve`` end to end: the official openai client against the proxy started as a
 subprocess, in front of a fake upstream served over HTTP on 127.0.0.1 by the test
-(``cachekit.proxy.testing``). Each test uses its own API key, hence its own tenant, so tests
+(``cachekit.testing.upstream``). Each test uses its own API key, hence its own tenant, so tests
 never see each other's entries."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redis_servers import free_port
 
-TEST_EMBEDDER = "cachekit.semantic.testing:DeterministicTestEmbedder"
+TEST_EMBEDDER = "cachekit.testing.embedders:DeterministicTestEmbedder"
 CHAT = "/v1/chat/completions"
 MODEL = "gpt-4o-mini"
 PARAPHRASE = ("How do I reset my password", "how do I reset my password please")

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from cachekit.cli import build_parser
+from cachekit.cli.main import build_parser
 from cachekit.proxy.config import ProxyConfig, load_embedder
 from cachekit.proxy.server import config_from_args
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 
 def test_file_then_overrides(tmp_path: Path) -> None:
@@ -110,14 +110,14 @@ def test_cli_reports_bad_settings_without_a_traceback() -> None:
 
 def test_load_embedder() -> None:
     assert load_embedder("") is None
-    emb = load_embedder("cachekit.semantic.testing:DeterministicTestEmbedder")
+    emb = load_embedder("cachekit.testing.embedders:DeterministicTestEmbedder")
     assert isinstance(emb, DeterministicTestEmbedder)
     with pytest.raises(ValueError):
         load_embedder("no-colon")
 
 
 def strict_policy(setting: float | None) -> Any:
-    from cachekit.semantic.policy import ThresholdPolicy
+    from cachekit.semantic.policy.hit_policy import ThresholdPolicy
 
     return ThresholdPolicy(0.999)
 
@@ -161,7 +161,7 @@ def test_a_setting_of_another_policy_is_refused_with_the_fix(
 ) -> None:
     """Both commands share the policy options and check them together: a setting is never read
     as another policy's number (``--max-error 0.05`` alone ran a threshold of 0.05)."""
-    from cachekit.cli import main
+    from cachekit.cli.main import main
 
     log = tmp_path / "log.jsonl"
     log.write_text("")

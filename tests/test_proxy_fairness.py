@@ -27,8 +27,8 @@ from cachekit.proxy.config import ProxyConfig
 from cachekit.proxy.fairness import CallerLimits, caller_id
 from cachekit.proxy.memo import RequestMemo, estimated_size, parsed_size
 from cachekit.proxy.metrics import OTHER, InFlight, LabelFolder, ProxyMetrics
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 PER_CALLER = 4
 

@@ -10,9 +10,9 @@ import pytest
 from redis_servers import free_port
 from test_proxy import ProxyProcess
 
-from cachekit.cli import main
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.cli.main import main
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 
 @pytest.fixture(scope="module")

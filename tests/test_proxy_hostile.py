@@ -18,8 +18,8 @@ from test_proxy import CHAT, MODEL, ProxyProcess, msgs
 
 from cachekit.llm.rules import MAX_JSON_DEPTH, RequestError, caller_key, check_depth, parse_body
 from cachekit.proxy.http import loads
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 Headers = list[tuple[Any, Any]]  # str or bytes names and values
 

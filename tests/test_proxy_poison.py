@@ -19,8 +19,8 @@ import pytest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from cachekit.llm import completion_chunks, response_events, sse_event
-from cachekit.proxy.testing import FakeUpstream, serving
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream, serving
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_proxy import ProxyProcess

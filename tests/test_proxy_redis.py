@@ -21,8 +21,8 @@ from test_proxy import (
     wait_cached,
 )
 
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 
 def test_two_replicas_share_exact_and_semantic_entries(

@@ -12,7 +12,7 @@ import pytest
 
 from cachekit.proxy.app import create_app
 from cachekit.proxy.config import ProxyConfig
-from cachekit.proxy.testing import FakeUpstream
+from cachekit.testing.upstream import FakeUpstream
 
 CHAT = "/v1/chat/completions"
 

@@ -12,8 +12,8 @@ import pytest
 from openai.types.responses import Response
 from test_proxy import ProxyProcess, report
 
-from cachekit.proxy.testing import FakeUpstream
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.upstream import FakeUpstream
 
 RESPONSES = "/v1/responses"
 MODEL = "gpt-4.1-mini"

@@ -1,4 +1,4 @@
-"""Mechanism tests for :class:`cachekit.storage.redis.RedisTier`: bounded failures, recovery,
+"""Mechanism tests for :class:`cachekit.backends.redis.RedisTier`: bounded failures, recovery,
 per-loop asyncio clients, URL handling. Semantics shared with other tiers live in
 test_storage_conformance.py."""
 
@@ -20,7 +20,7 @@ redis = pytest.importorskip("redis")
 from redis.cluster import key_slot  # noqa: E402
 from redis_servers import RedisCluster, RedisServer  # noqa: E402
 
-from cachekit.storage.redis import RedisTier, hash_tag  # noqa: E402
+from cachekit.backends.redis import RedisTier, hash_tag  # noqa: E402
 
 TIMEOUT = 0.05
 REPO = Path(__file__).resolve().parents[1]
@@ -351,7 +351,7 @@ def test_errors_and_repr_hide_password() -> None:
 
 
 def test_import_cachekit_storage_does_not_import_redis() -> None:
-    code = "import cachekit.storage, sys; assert 'redis' not in sys.modules, 'redis imported'"
+    code = "import cachekit.backends, sys; assert 'redis' not in sys.modules, 'redis imported'"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, timeout=60

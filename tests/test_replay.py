@@ -18,7 +18,7 @@ from cachekit.replay.cli import parse_sweep
 from cachekit.replay.logs import FIRST_LINES_KEPT
 from cachekit.replay.report import NearMiss, Report, pick_near_sample
 from cachekit.replay.runner import ReplayOptions, run_replay
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 ROUTER = "how do I reset the password of my home wifi router"
 PARAPHRASE = "how can I reset the password of my home wifi router"
@@ -437,7 +437,7 @@ def test_batch_input_without_its_outputs_is_a_usage_error(tmp_path: Path) -> Non
 def test_swapped_batch_files_are_a_usage_error_naming_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cachekit.cli import main
+    from cachekit.cli.main import main
 
     inp, out = write_batch(tmp_path)
     with pytest.raises(ValueError, match=r"swap them \(cachekit replay .*in\.jsonl --outputs"):
@@ -450,7 +450,7 @@ def test_swapped_batch_files_are_a_usage_error_naming_the_fix(
 def test_a_log_with_no_replayable_request_exits_2(
     tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cachekit.cli import main
+    from cachekit.cli.main import main
 
     log = tmp_path / "log.jsonl"
     log.write_text(content)
@@ -470,7 +470,7 @@ class NeverPolicy:
     asked = 0
 
     def decide(self, query: str, candidates: Any) -> Any:
-        from cachekit.semantic.policy import Decision
+        from cachekit.semantic.policy.hit_policy import Decision
 
         NeverPolicy.asked += 1
         return Decision(reason="never")
@@ -548,7 +548,7 @@ def test_json_and_html_outputs_through_the_command_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from cachekit import cli
+    import cachekit.cli.main as cli
     from cachekit.replay import runner
 
     real = runner.ReplayOptions
@@ -629,7 +629,7 @@ def test_html_indents_model_rows_keeps_ids_whole_marks_the_headline_and_asks_for
 def test_command_line_reports_a_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cachekit import cli
+    import cachekit.cli.main as cli
 
     assert cli.main(["replay", str(tmp_path / "nope.jsonl"), "--quiet"]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
@@ -668,7 +668,7 @@ def test_named_policies_replay_like_production(
 
 
 def test_max_error_flag_sets_the_error_bounded_policy(tmp_path: Path) -> None:
-    from cachekit.cli import build_parser
+    from cachekit.cli.main import build_parser
 
     log = str(tmp_path / "log.jsonl")
     args = build_parser().parse_args(
@@ -683,7 +683,7 @@ def test_max_error_flag_sets_the_error_bounded_policy(tmp_path: Path) -> None:
 
 def test_config_names_its_policy_and_refuses_unknown_ones() -> None:
     from cachekit.llm import LLMCacheConfig, build_cache
-    from cachekit.semantic.error_bounded import ErrorBoundedPolicy
+    from cachekit.semantic.policy.error_bounded import ErrorBoundedPolicy
 
     with pytest.raises(ValueError, match="unknown hit policy 'nope'"):
         LLMCacheConfig(policy="nope").check()
@@ -792,7 +792,7 @@ def test_the_nearest_entry_is_named_after_the_request_that_stored_it_last(
 def test_refusal_counts_by_kind_in_the_json_report(
     tmp_path: Path, prices: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cachekit import cli
+    import cachekit.cli.main as cli
     from cachekit.replay import runner
 
     real = runner.ReplayOptions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekit import cli
+import cachekit.cli.main as cli
 
 pytestmark = pytest.mark.model
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from cachekit.semantic.rwlock import RWLock
-from cachekit.testing import wait_until
+from cachekit.semantic.index.rwlock import RWLock
+from cachekit.testing.clock import wait_until
 
 
 def test_readers_share_and_a_writer_waits_for_them() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.semantic.batcher import MicroBatcher
-from cachekit.semantic.policy import ThresholdPolicy
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.testing import ManualClock
+from cachekit._engine.batcher import MicroBatcher
+from cachekit.semantic.policy.hit_policy import ThresholdPolicy
+from cachekit.testing.clock import ManualClock
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 # The texts below are chosen around this bar for the test embedder; the library's default
@@ -209,7 +209,8 @@ def test_validation(emb, closing) -> None:
     with pytest.raises(ValueError, match="not both"):
         cache.semantic(threshold=0.9, policy=ThresholdPolicy(0.8), embedder=emb)
     with pytest.raises(TypeError, match="text= returned int"):
-        fn = closing(cache.semantic(lambda x: x, text=lambda x: 3, embedder=emb))
+        not_a_text: Any = lambda x: 3  # noqa: E731
+        fn = closing(cache.semantic(lambda x: x, text=not_a_text, embedder=emb))
         fn("hello")
     assert ThresholdPolicy(1.0).accept(1.0, "a", "a")
 
@@ -235,7 +236,7 @@ def test_default_embedder_is_not_loaded_at_decoration(closing) -> None:
 
 def test_import_stays_light() -> None:
     code = (
-        "import sys, cachekit, cachekit.semantic, cachekit.semantic.policy\n"
+        "import sys, cachekit, cachekit.semantic, cachekit.semantic.policy.hit_policy\n"
         "heavy = [m for m in ('numpy', 'faiss', 'torch', 'sentence_transformers') "
         "if m in sys.modules]\n"
         "assert not heavy, heavy\n"
@@ -655,7 +656,7 @@ def test_cache_close_stops_semantic_background_threads() -> None:
     import threading
 
     from cachekit import Cache
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
 
     before = {t.ident for t in threading.enumerate()}
     cache = Cache()
@@ -694,7 +695,7 @@ def test_returned_values_are_copies_on_exact_and_semantic_hits(emb, closing) -> 
 
 def test_keyword_only_parameters_are_scope_not_the_compared_text() -> None:
     from cachekit import Cache, Status
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
 
     cache = Cache()
 

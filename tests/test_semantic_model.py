@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.semantic.policy import DEFAULT_THRESHOLD
+from cachekit.semantic.policy.hit_policy import DEFAULT_THRESHOLD
 
 pytestmark = pytest.mark.model
 

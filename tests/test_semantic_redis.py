@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, Status
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def make_answer(
 CHILD = textwrap.dedent("""
     import sys
     from cachekit import Cache
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
 
     url, namespace, action = sys.argv[1:4]
     cache = Cache(redis_url=url, namespace=namespace, redis_timeout=0.2)
@@ -209,7 +209,7 @@ def test_the_redis_store_neither_shares_nor_reads_oversized_entries(redis_url: s
     import numpy as np
     import redis
 
-    from cachekit.semantic.shared_store import RedisSemanticStore, StoredEntry
+    from cachekit.backends.semantic_store import RedisSemanticStore, StoredEntry
 
     client = redis.Redis.from_url(redis_url)
     store = RedisSemanticStore(

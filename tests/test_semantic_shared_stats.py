@@ -14,10 +14,10 @@ from test_semantic_redis import CLOSE, STORED
 from test_semantic_sync import replica, store_of
 
 from cachekit import Status
-from cachekit.semantic.policy import NO_STATS, EntryStats
-from cachekit.semantic.shared_store import STATS_FIELDS, parse_stats
+from cachekit.backends.semantic_store import STATS_FIELDS, parse_stats
+from cachekit.semantic.policy.hit_policy import NO_STATS, EntryStats
 from cachekit.semantic.tier import entry_id
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
 
 #: Lower-cased it embeds like STORED (similarity 1.0), yet it is not STORED's exact key.
 CLOSER = "How do I reset my password"
@@ -161,7 +161,7 @@ def test_hostile_records_are_ignored_and_repaired_by_the_next_verdict(
     for fn in (b, late):
         assert fn.lookup(CLOSE).status is Status.SEMANTIC_HIT
         assert fn.tier.arbiter.stats_of(_id(fn)).max_refuted_similarity is None
-        assert fn.cache.engine.breaker_state == "closed"
+        assert fn.cache._engine.breaker_state == "closed"
     assert late.tier.stats()["invalid_stats"] == 1
     # The next verdict replaces what cannot be counted, and the record is readable again.
     r = a.lookup(CLOSE)

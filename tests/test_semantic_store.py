@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachekit import Cache, Status
-from cachekit.semantic.shared_store import (
+from cachekit.backends.memory import MemoryTier
+from cachekit.backends.semantic_store import (
     LOG_READ_BATCH,
     LogMessage,
     LogRead,
@@ -19,9 +20,8 @@ from cachekit.semantic.shared_store import (
     Snapshot,
     StoredEntry,
 )
-from cachekit.semantic.testing import DeterministicTestEmbedder
-from cachekit.storage.memory import MemoryTier
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 STORED = "how do I reset my password"
 CLOSE = "how do I reset my password please"  # above 0.9 with STORED under the test embedder

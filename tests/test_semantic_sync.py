@@ -15,10 +15,10 @@ import pytest
 from test_semantic_redis import CLOSE, STORED, WORDS, topic
 
 from cachekit import Cache, Status
-from cachekit.semantic.shared_store import RedisSemanticStore
-from cachekit.semantic.testing import DeterministicTestEmbedder
+from cachekit.backends.semantic_store import RedisSemanticStore
 from cachekit.semantic.tier import entry_id
-from cachekit.testing import wait_until
+from cachekit.testing.clock import wait_until
+from cachekit.testing.embedders import DeterministicTestEmbedder
 
 
 def replica(url: str, namespace: str, closing: Callable[[Any], Any], **kw: Any) -> Any:
@@ -210,7 +210,7 @@ def test_invalid_entries_are_skipped_counted_and_never_open_the_breaker(
     assert late.lookup(CLOSE).value == "good answer"  # the valid entry is served
     assert {e.text for e in late.tier.entries()} == {STORED}
     assert late.tier.stats()["invalid_entries"] >= 5
-    assert late.cache.engine.breaker_state == "closed"
+    assert late.cache._engine.breaker_state == "closed"
     assert late.lookup(STORED).tier == "l2"  # exact L2 hits still served
     for i in range(1, 5):
         assert late.lookup("please " + topic(i)).status is Status.MISS

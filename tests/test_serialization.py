@@ -14,7 +14,7 @@ import msgpack
 import pytest
 
 from cachekit import Cache, SerializationError
-from cachekit.serialization import (
+from cachekit._core.serialization import (
     DEFAULT_MAX_CONTAINERS,
     MAX_EXT_DEPTH,
     Envelope,
@@ -193,7 +193,8 @@ def test_deep_extension_nesting_is_an_error_not_a_crash() -> None:
     # Before the bound, depth 200 killed the process with SIGSEGV: run it in a child.
     code = textwrap.dedent("""
         import msgpack
-        from cachekit.serialization import MsgpackSerializer, SerializationError, decode_envelope
+        from cachekit._core.serialization import (
+            MsgpackSerializer, SerializationError, decode_envelope)
         inner = msgpack.packb(None)
         for _ in range(5000):
             inner = msgpack.packb(msgpack.ExtType(1, inner))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cachekit.singleflight import SingleFlight
+from cachekit._engine.singleflight import SingleFlight
 
 
 def test_disjoint_claims_hold_all_their_keys() -> None:

@@ -1,4 +1,4 @@
-"""The slot guard (cachekit.semantic.slots): each rule on its own, property tests that random
+"""The slot guard (cachekit.semantic.policy.slots): each rule on its own, property tests that random
 number, name, negation and role swaps never hit, paraphrases that keep their slots (and their
 roles) still hit, code that differs by a character never hits, and the
 rules through the tier in both call forms, the policies, telemetry and the LLM cache config.
@@ -25,17 +25,17 @@ from hypothesis import strategies as st
 from cachekit import Cache, Status
 from cachekit.llm import LLMCacheConfig, build_cache
 from cachekit.replay.runner import ReplayOptions, run_replay
-from cachekit.semantic.error_bounded import ErrorBoundedPolicy
-from cachekit.semantic.policies import build_policy
-from cachekit.semantic.policy import Candidate, Decision, ThresholdPolicy, guard_of
-from cachekit.semantic.slots import (
+from cachekit.semantic.policy.error_bounded import ErrorBoundedPolicy
+from cachekit.semantic.policy.hit_policy import Candidate, Decision, ThresholdPolicy, guard_of
+from cachekit.semantic.policy.registry import build_policy
+from cachekit.semantic.policy.slots import (
     DEFAULT_GUARD,
     REFUSAL_KINDS,
     SlotGuard,
     refusal_kind,
     text_slots,
 )
-from cachekit.semantic.verifier import VerifiedPolicy
+from cachekit.semantic.policy.verifier import VerifiedPolicy
 
 
 class SameVectorTestEmbedder:

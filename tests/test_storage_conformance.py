@@ -1,4 +1,4 @@
-"""One conformance suite for :class:`~cachekit.storage.base.SharedTier`, run against every
+"""One conformance suite for :class:`~cachekit.backends.base.SharedTier`, run against every
 backend: in-process memory, a plain object with only the five required operations (wrapped by
 ``as_shared_tier``), Redis (plain, password, TLS) and a 3-node Redis Cluster. It covers the
 optional abilities too: each backend either offers one (Redis) or shows its documented default."""
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from cachekit.protocols import AsyncStorageTier, Entry, StorageTier
-from cachekit.storage.base import SharedTier, as_shared_tier
-from cachekit.storage.memory import MemoryTier
+from cachekit._core.protocols import AsyncStorageTier, Entry, StorageTier
+from cachekit.backends.base import SharedTier, as_shared_tier
+from cachekit.backends.memory import MemoryTier
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -88,7 +88,7 @@ def tier(request: pytest.FixtureRequest) -> Iterator[Any]:
         t = as_shared_tier(DictTier())
     else:
         pytest.importorskip("redis")
-        from cachekit.storage.redis import RedisTier
+        from cachekit.backends.redis import RedisTier
 
         fixture = {
             "redis": "redis_server",
@@ -350,7 +350,7 @@ def test_invalidations_are_published_and_followed_or_not(
 def test_semantic_store_is_offered_or_none(tier: Any, key_prefix: str) -> None:
     store = tier.semantic_store(key_prefix + "sem")
     if offers(tier):
-        from cachekit.semantic.shared_store import SemanticStore  # numpy: not in a base install
+        from cachekit.backends.semantic_store import SemanticStore  # numpy: not in a base install
 
         assert isinstance(store, SemanticStore) and store.shares_records
         store.close()

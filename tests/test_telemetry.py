@@ -6,9 +6,9 @@ import logging
 import pytest
 
 from cachekit import Cache, StatsLogger
-from cachekit.breaker import CircuitBreaker
-from cachekit.telemetry import LatencyHistogram
-from cachekit.testing import ManualClock
+from cachekit._engine.breaker import CircuitBreaker
+from cachekit._engine.telemetry import LatencyHistogram
+from cachekit.testing.clock import ManualClock
 
 
 def test_histogram_percentiles_are_close() -> None:

@@ -15,9 +15,22 @@ import pytest
 pytest.importorskip("peft")
 
 from cachekit import Cache
-from cachekit.cli import main as cli_main
-from cachekit.semantic.embedder import SentenceTransformerEmbedder
-from cachekit.semantic.pairs import (
+from cachekit.cli.main import main as cli_main
+from cachekit.semantic.embed.adapter import (
+    ADAPTER_FILE,
+    MANIFEST,
+    TunedEmbedder,
+    is_tune_dir,
+    load_embedder,
+    read_manifest,
+)
+from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
+from cachekit.semantic.policy.hit_policy import (
+    DEFAULT_THRESHOLD,
+    operating_point_of,
+    resolve_policy,
+)
+from cachekit.semantic.policy.pairs import (
     LabelledPair,
     average_precision,
     cache_protocol,
@@ -26,17 +39,8 @@ from cachekit.semantic.pairs import (
     read_pairs,
     write_pairs,
 )
-from cachekit.semantic.policy import DEFAULT_THRESHOLD, operating_point_of, resolve_policy
-from cachekit.semantic.tune import read_pair_files, recalibrate, tune
-from cachekit.semantic.tune_config import TuneConfig
-from cachekit.semantic.tuned import (
-    ADAPTER_FILE,
-    MANIFEST,
-    TunedEmbedder,
-    is_tune_dir,
-    load_embedder,
-    read_manifest,
-)
+from cachekit.semantic.train.settings import TuneConfig
+from cachekit.semantic.train.tune import read_pair_files, recalibrate, tune
 
 # A tune loads the real model and trains it on CPU: seconds on an idle machine, minutes on a
 # loaded one. The fixtures' tunes count against the first test that uses them.
@@ -399,7 +403,7 @@ def test_serve_and_langchain_take_a_tune_dir(tuned_dir: Path, model_cache: Path)
 def test_cli_tune_retrains_the_verifier_on_held_back_pairs_only(
     pairs_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cachekit.semantic import verifier
+    from cachekit.semantic.policy import verifier
 
     seen: list[list[LabelledPair]] = []
     real = verifier.train_verifier

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cachekit import Cache, ReceiverLeftOutWarning
-from cachekit.keys import UnkeyableArgument
+from cachekit._core.keys import UnkeyableArgument
 
 
 @pytest.mark.parametrize(
@@ -17,11 +17,11 @@ from cachekit.keys import UnkeyableArgument
     [
         (lambda: Cache(default_ttl="300"), TypeError, ["default_ttl", "number of seconds", "str"]),  # type: ignore[arg-type]
         (lambda: Cache(default_ttl=0), ValueError, ["default_ttl", "> 0"]),
-        (lambda: Cache().cached(ttl="60")(lambda x: x), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
+        (lambda: Cache().cached(ttl="60")(lambda x: x), TypeError, ["ttl", "number of seconds"]),  # type: ignore[call-overload]
         (lambda: Cache().cached(ttl=True)(lambda x: x), TypeError, ["ttl", "bool"]),
         (lambda: Cache().cached(ttl=-1)(lambda x: x), ValueError, ["ttl", "> 0"]),
         (lambda: Cache().cached(jitter=2)(lambda x: x), ValueError, ["jitter", "[0, 1)"]),
-        (lambda: Cache().cached(jitter="0.1")(lambda x: x), TypeError, ["jitter"]),  # type: ignore[arg-type]
+        (lambda: Cache().cached(jitter="0.1")(lambda x: x), TypeError, ["jitter"]),  # type: ignore[call-overload]
         (lambda: Cache().cached(stale_ttl=-1)(lambda x: x), ValueError, ["stale_ttl", ">= 0"]),
         (lambda: Cache().set("k", 1, ttl="5"), TypeError, ["ttl", "number of seconds"]),  # type: ignore[arg-type]
     ],
@@ -83,7 +83,7 @@ def test_methods_leave_the_receiver_out_of_the_key() -> None:
     assert a.predict(3) == 30 and b.predict(3) == 30
     assert (a.calls, b.calls) == (1, 0)  # one entry for the call, whatever the instance
     assert Shared.predict.lookup(b, 3).value == 30
-    assert Shared.describe(4) == "Shared:4"
+    assert Shared.describe(4) == "Shared:4"  # type: ignore[call-arg, arg-type]
     assert Shared.predict.cache_key(a, 3) == Shared.predict.cache_key(b, 3)
 
 
@@ -123,6 +123,65 @@ def test_a_receiver_left_out_unsaid_warns_once_at_the_decorator() -> None:
         assert Scaled(10).other(2.0) == 2.0  # calls never warn
 
 
+def test_a_semantic_method_says_its_receiver_too() -> None:
+    """The same rule for ``@cache.semantic``: ``scope=`` keys on the instance, ``ignore=``
+    says it does not matter; saying neither warns once, at the user's line."""
+    pytest.importorskip("numpy")
+    pytest.importorskip("faiss")
+    from cachekit.testing import DeterministicTestEmbedder
+
+    cache, embedder = Cache(), DeterministicTestEmbedder()
+    with pytest.warns(ReceiverLeftOutWarning) as caught:
+
+        class Bot:
+            model = "small"
+
+            @cache.semantic(embedder=embedder)
+            def ask(self, question: str) -> str:
+                return question
+
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert "Bot.ask" in str(caught[0].message)
+    assert "@cache.semantic(scope=lambda self" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        class Said(Bot):
+            @cache.semantic(embedder=embedder, ignore=("self",))
+            def shared(self, question: str) -> str:
+                return question
+
+            @cache.semantic(embedder=embedder, scope=lambda self, question: self.model)
+            def per_model(self, question: str) -> str:
+                return f"{self.model}: {question}"
+
+        assert Said().per_model("hi") == "small: hi"
+    cache.close()
+
+
+def test_semantic_ignore_leaves_a_parameter_out_of_the_scope() -> None:
+    pytest.importorskip("numpy")
+    pytest.importorskip("faiss")
+    from cachekit import Status
+    from cachekit.testing import DeterministicTestEmbedder
+
+    cache = Cache()
+    calls: list[str] = []
+
+    @cache.semantic(embedder=DeterministicTestEmbedder(), ignore=("request_id",))
+    def answer(question: str, request_id: str, model: str = "m") -> str:
+        calls.append(request_id)
+        return question.upper()
+
+    assert answer("what is a cache", "r1") == "WHAT IS A CACHE"
+    assert answer.lookup("what is a cache", "r2").status is Status.HIT  # request_id left out
+    assert answer.lookup("what is a cache", "r2", model="other").status is Status.MISS
+    assert calls == ["r1"]
+    with pytest.raises(ValueError, match="ignore= names no parameter"):
+        cache.semantic(embedder=DeterministicTestEmbedder(), ignore=("nope",))(answer.__wrapped__)
+    cache.close()
+
+
 def test_instance_dependent_methods_key_with_key_function() -> None:
     cache = Cache()
 
@@ -140,7 +199,7 @@ def test_instance_dependent_methods_key_with_key_function() -> None:
 def test_semantic_methods_leave_the_receiver_out(closing: Any) -> None:
     pytest.importorskip("numpy")  # the semantic extra: not in a base install
     pytest.importorskip("faiss")
-    from cachekit.semantic.testing import DeterministicTestEmbedder
+    from cachekit.testing.embedders import DeterministicTestEmbedder
 
     cache = Cache()
     emb = DeterministicTestEmbedder()
@@ -149,7 +208,7 @@ def test_semantic_methods_leave_the_receiver_out(closing: Any) -> None:
         def __init__(self) -> None:
             self.calls = 0
 
-        @cache.semantic(embedder=emb, threshold=0.9, ttl=60, batching=False)
+        @cache.semantic(embedder=emb, threshold=0.9, ttl=60, batching=False, ignore=("self",))
         def answer(self, prompt: str, *, model: str = "m") -> str:
             self.calls += 1
             return f"{model}:{prompt}"

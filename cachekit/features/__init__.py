@@ -3,7 +3,8 @@
 ``cache.features("user", loader=load_users, ttl=60, version=3)`` returns a :class:`FeatureSet`.
 ``get_many(ids)`` answers what it can from L1, then looks the rest up in L2 in one round trip,
 then calls the loader once for what is still missing; every tier, TTL, fail-open and
-serialization rule is the engine's (:meth:`cachekit.engine.Engine.lookup_lazy` and friends). What
+serialization rule is the engine's (:meth:`cachekit._engine.engine.Engine.lookup_lazy` and
+friends). What
 this package adds is the translation between entity ids and cache keys, the loader contract,
 negative entries for ids the loader does not know, and sharing of in-flight loads per id between
 overlapping requests.
@@ -23,8 +24,8 @@ Loader contract
   load); nothing is cached for the ids of that call.
 """
 
+from cachekit.features.entity_keys import READABLE_ID_MAX
 from cachekit.features.feature_set import FeatureSet
-from cachekit.features.keys import READABLE_ID_MAX
 from cachekit.features.outcomes import (
     NEGATIVE_MARK,
     FeatureBatch,

@@ -1,7 +1,7 @@
 """The feature set: ids in, features out, through L1, the shared tier and one loader call.
 
 The package's docs (:mod:`cachekit.features`) give the loader contract; keys are
-:mod:`cachekit.features.keys`, outcomes and result types :mod:`cachekit.features.outcomes`.
+:mod:`cachekit.features.entity_keys`, outcomes and result types :mod:`cachekit.features.outcomes`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from cachekit.background import WRITE_BEHIND_FLUSH_TIMEOUT, WriteBehind
-from cachekit.features.keys import FeatureKeys, validate
+from cachekit._core.sansio import Core, adrive, drive
+from cachekit._core.serialization import load_packed
+from cachekit._core.types import CacheKey, Status, StoreItem
+from cachekit._engine.background import WRITE_BEHIND_FLUSH_TIMEOUT, WriteBehind
+from cachekit.features.entity_keys import FeatureKeys, validate
 from cachekit.features.outcomes import (
     ABSENT,
     AWAIT_OPS,
@@ -37,20 +40,21 @@ from cachekit.features.outcomes import (
     unclaimed,
     waits_core,
 )
-from cachekit.sansio import Core, adrive, drive
-from cachekit.serialization import load_packed
-from cachekit.types import CacheKey, Status, StoreItem
 
 if TYPE_CHECKING:
-    from cachekit.engine import Engine
-    from cachekit.types import Envelope, LazyFound
+    from cachekit._core.types import Envelope, LazyFound
+    from cachekit._engine.engine import Engine
 
 __all__ = ["FeatureSet"]
 
 log = logging.getLogger("cachekit.features")
 
 
-class FeatureSet:
+#: The type of a feature set's entity ids (its loader's argument items).
+K = TypeVar("K")
+
+
+class FeatureSet(Generic[K]):
     """Cached features of one kind of entity (users, items ...). Create with
     :meth:`cachekit.Cache.features`.
 
@@ -77,7 +81,7 @@ class FeatureSet:
         engine: Engine,
         name: str,
         *,
-        loader: Callable[[list[Any]], Any],
+        loader: Callable[[list[K]], Any],
         ttl: float | None = None,
         version: int | str = 1,
         negative_ttl: float | None = 30.0,
@@ -108,7 +112,7 @@ class FeatureSet:
         self._loader_is_async = inspect.iscoroutinefunction(loader)
 
         self._kname = f"{name}@v{version}"
-        #: How this set keys its entities (see :mod:`cachekit.features.keys`).
+        #: How this set keys its entities (see :mod:`cachekit.features.entity_keys`).
         self.keys = FeatureKeys(engine, name, self._kname, copy)
 
         self._lock = threading.Lock()
@@ -144,7 +148,7 @@ class FeatureSet:
 
     # ------------------------------------------------------------------ keys
 
-    def cache_key(self, entity_id: Any) -> str:
+    def cache_key(self, entity_id: K) -> str:
         """The shared-tier key of ``entity_id`` (for debugging)."""
         return self.keys.cache_key(entity_id)
 
@@ -264,7 +268,7 @@ class FeatureSet:
         loaded = (yield ("load", (need,))) if need_idx else []
         return self._finish(uids, vals, absent, need_idx, loaded, t0)
 
-    def get_many(self, ids: Iterable[Any]) -> FeatureBatch:
+    def get_many(self, ids: Iterable[K]) -> FeatureBatch:
         """Features of ``ids``: ``{id: features}`` in request order, absent and failed ids left
         out (failed ones listed in ``.failed``). One L1 pass, one L2 round trip for the L1
         misses, one loader call for what is left (waiting on loads already in flight)."""
@@ -273,15 +277,15 @@ class FeatureSet:
         finally:
             self._writer.kick()  # write-behind: the writes start as the answer leaves
 
-    async def aget_many(self, ids: Iterable[Any]) -> FeatureBatch:
+    async def aget_many(self, ids: Iterable[K]) -> FeatureBatch:
         """The asyncio form of :meth:`get_many`."""
         return await adrive(self._get_core(ids), self._aops)
 
-    def get(self, entity_id: Any, default: Any = None) -> Any:
+    def get(self, entity_id: K, default: Any = None) -> Any:
         """Features of one entity, or ``default`` when it does not exist or failed to load."""
         return self.get_many([entity_id]).get(entity_id, default)
 
-    async def aget(self, entity_id: Any, default: Any = None) -> Any:
+    async def aget(self, entity_id: K, default: Any = None) -> Any:
         return (await self.aget_many([entity_id])).get(entity_id, default)
 
     # ------------------------------------------------------------------ loading
@@ -581,27 +585,27 @@ class FeatureSet:
             for k, v, ttl in zip(keys, features.values(), ttls, strict=True)
         ]
 
-    def invalidate(self, ids: Iterable[Any]) -> None:
+    def invalidate(self, ids: Iterable[K]) -> None:
         """Forget ``ids`` in every tier (positive and negative entries alike)."""
         keys = self._keys(ids)
         self._writer.flush()  # a pending store must not land after the delete
         if keys:
             self.engine.delete_many(keys)
 
-    async def ainvalidate(self, ids: Iterable[Any]) -> None:
+    async def ainvalidate(self, ids: Iterable[K]) -> None:
         keys = self._keys(ids)
         await self._writer.aflush()
         if keys:
             await self.engine.adelete_many(keys)
 
-    def prime(self, features: Mapping[Any, Any]) -> int:
+    def prime(self, features: Mapping[K, Any]) -> int:
         """Store ``{id: features}`` as if the loader had returned them; returns how many could
         be stored."""
         items = self._prime_items(features)
         self._writer.flush()  # an older pending store must not land after this one
         return sum(self.engine.store_many(items, share=not self.copy))
 
-    async def aprime(self, features: Mapping[Any, Any]) -> int:
+    async def aprime(self, features: Mapping[K, Any]) -> int:
         items = self._prime_items(features)
         await self._writer.aflush()
         return sum(await self.engine.astore_many(items, share=not self.copy))

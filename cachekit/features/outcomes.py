@@ -11,9 +11,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from cachekit.sansio import Core
-from cachekit.singleflight import Flight
-from cachekit.telemetry import LatencyHistogram
+from cachekit._core.sansio import Core
+from cachekit._engine.singleflight import Flight
+from cachekit._engine.telemetry import LatencyHistogram
 
 __all__ = [
     "ABSENT",

@@ -15,7 +15,7 @@ class AnswerComparator:
     once. Embeddings responses agree only when equal."""
 
     def __init__(self, embedder: Any = None, min_similarity: float = 0.9) -> None:
-        from cachekit.semantic.error_bounded import EmbeddingComparator
+        from cachekit.semantic.policy.error_bounded import EmbeddingComparator
 
         self._texts = EmbeddingComparator(embedder, min_similarity=min_similarity)
 

@@ -32,13 +32,13 @@ class LLMCacheConfig:
     #: Similarity bar of the semantic hit policy; ``None``: the library default.
     threshold: float | None = None
     #: The semantic hit policy by name (``threshold``, ``verified``, ``error-bounded``: see
-    #: :mod:`cachekit.semantic.policies`); its setting is ``policy_setting`` (``None``: the
+    #: :mod:`cachekit.semantic.policy.registry`); its setting is ``policy_setting`` (``None``: the
     #: policy's default). With ``threshold``, ``threshold`` is the setting.
     policy: str = "threshold"
     policy_setting: float | None = None
     #: ``False``: the hit policy's candidates skip the slot guard (numbers, negations, names,
     #: identifiers, roles in another order, code, long prompts; see
-    #: :mod:`cachekit.semantic.slots`). On by default.
+    #: :mod:`cachekit.semantic.policy.slots`). On by default.
     slot_guard: bool = True
     #: ``False``: exact hits only (the embedding model is never loaded).
     semantic: bool = True
@@ -92,7 +92,7 @@ class LLMCacheConfig:
         if not isinstance(self.slot_guard, bool):
             raise ValueError(f"slot_guard must be true or false, got {self.slot_guard!r}")
         if self.policy != "threshold":
-            from cachekit.semantic.policies import build_policy
+            from cachekit.semantic.policy.registry import build_policy
 
             build_policy(self.policy, self.policy_setting)  # ValueError naming the known ones
         if self.policy != "threshold" and self.threshold is not None:

@@ -17,13 +17,13 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
+from cachekit._core.sansio import Core, adrive, drive
+from cachekit._core.types import LookupResult
 from cachekit.cache import Cache, Status
 from cachekit.llm.answers import AnswerComparator
 from cachekit.llm.config import LLMCacheConfig
 from cachekit.llm.rules import CHAT, LLMRequest, cacheable_response, prepare
 from cachekit.llm.validate import check_response
-from cachekit.sansio import Core, adrive, drive
-from cachekit.types import LookupResult
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -227,7 +227,7 @@ class LLMCache:
         if not self.semantic_enabled:
             return True
         if self._embedder is None and self._fn is None:
-            from cachekit.semantic.embedder import SentenceTransformerEmbedder
+            from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 
             self._embedder = SentenceTransformerEmbedder()
         load = getattr(self._embedder, "load", None)
@@ -277,7 +277,7 @@ class LLMCache:
         return value["r"], age
 
     def _count_malformed(self, key: Any, why: str) -> None:
-        self.cache.engine.telemetry.serialization_errors += 1
+        self.cache.record_malformed()
         log.warning("malformed LLM cache entry %s served as a miss: %s", key, why)
 
     def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
@@ -339,11 +339,7 @@ class LLMCache:
 
     def _count(self, status: Status) -> None:
         """One request, counted once in the cache's stats."""
-        engine = self.cache.engine
-        if status is Status.HIT or status is Status.SEMANTIC_HIT:
-            engine.record_found(status)
-        else:
-            engine.record_misses(1)
+        self.cache.record(status)
 
     def cacheable(self, endpoint: str, status: int, body: Any) -> tuple[bool, str]:
         """:func:`~cachekit.llm.rules.cacheable_response` with this cache's settings."""
@@ -386,12 +382,10 @@ class LLMCache:
 
     def _get(self, key: str) -> Any:
         """The exact entry's value, or None; not counted (the request is, once, at its end)."""
-        found = self.cache.engine.lookup_one(self.cache.kv_key(key), count=False)
-        return found.env.value if found.status is Status.HIT and found.env else None
+        return self.cache.get(key, count=False)
 
     async def _aget(self, key: str) -> Any:
-        found = await self.cache.engine.alookup_one(self.cache.kv_key(key), count=False)
-        return found.env.value if found.status is Status.HIT and found.env else None
+        return await self.cache.aget(key, count=False)
 
     # ------------------------------------------------------------------ lookups and stores
 
@@ -554,8 +548,8 @@ def build_cache(
     policy = None
     threshold = config.threshold
     if config.semantic and (config.policy != "threshold" or not config.slot_guard):
-        from cachekit.semantic.policies import build_policy
-        from cachekit.semantic.policy import operating_point_of
+        from cachekit.semantic.policy.hit_policy import operating_point_of
+        from cachekit.semantic.policy.registry import build_policy
 
         name, setting = config.policy, config.policy_setting
         if name == "threshold":

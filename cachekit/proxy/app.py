@@ -75,7 +75,7 @@ from cachekit.proxy.http import (
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.proxy.upstream import UpstreamHealth, describe
-from cachekit.semantic.slots import refusal_kind
+from cachekit.semantic.policy.slots import refusal_kind
 
 __all__ = [
     "FEEDBACK_PATH",

@@ -169,7 +169,7 @@ def load_embedder(spec: str) -> Any:
     if not spec:
         return None
     if Path(spec).is_dir():
-        from cachekit.semantic.tuned import load_embedder as load_tuned
+        from cachekit.semantic.embed.adapter import load_embedder as load_tuned
 
         return load_tuned(spec)
     module, _, attr = spec.partition(":")

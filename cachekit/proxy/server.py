@@ -9,8 +9,8 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from cachekit.policy_options import add_policy_arguments, policy_and_setting
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url
+from cachekit.semantic.policy.options import add_policy_arguments, policy_and_setting
 
 __all__ = ["add_arguments", "config_from_args", "serve"]
 

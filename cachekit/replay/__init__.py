@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cachekit.lazy import lazy_exports
+from cachekit._core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from cachekit.replay.policies import policy_names, register_policy

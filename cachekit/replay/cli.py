@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cachekit.extras import MissingExtraError
-from cachekit.policy_options import add_policy_arguments, policy_and_setting
+from cachekit._core.extras import MissingExtraError
+from cachekit.semantic.policy.options import add_policy_arguments, policy_and_setting
 
 __all__ = ["add_parser", "parse_sweep", "run"]
 

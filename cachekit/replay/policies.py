@@ -1,5 +1,5 @@
 """Hit policies by name, for ``cachekit replay --policy NAME``: the one registry of
-:mod:`cachekit.semantic.policies`, which ``cachekit serve`` and config files use too.
+:mod:`cachekit.semantic.policy.registry`, which ``cachekit serve`` and config files use too.
 
 A policy is built from one number, its *setting* (for ``threshold`` the cosine threshold), so
 that ``--threshold`` and ``--sweep`` apply to every policy alike.
@@ -7,8 +7,13 @@ that ``--threshold`` and ``--sweep`` apply to every policy alike.
 
 from __future__ import annotations
 
-from cachekit.semantic.policies import PolicyFactory, build_policy, policy_names, register_policy
-from cachekit.semantic.policy import HitPolicy
+from cachekit.semantic.policy.hit_policy import HitPolicy
+from cachekit.semantic.policy.registry import (
+    PolicyFactory,
+    build_policy,
+    policy_names,
+    register_policy,
+)
 
 __all__ = ["PolicyFactory", "policy_factory", "policy_names", "register_policy"]
 

@@ -19,7 +19,7 @@ from cachekit.llm.prices import PriceTable
 from cachekit.replay.capacity import Capacity, capacity_report
 from cachekit.replay.logs import LogRecord, Skipped
 from cachekit.replay.truth import Truth
-from cachekit.semantic.slots import refusal_kind
+from cachekit.semantic.policy.slots import refusal_kind
 
 __all__ = [
     "EXACT",
@@ -103,7 +103,7 @@ class Report:
     semantic_precision: float | None = None
     net_dollars_by_model: dict[str, float | None] | None = None
     wrong_sample: list[WrongHit] = field(default_factory=list)
-    #: Misses by the kind of their refusal (``cachekit.semantic.slots.refusal_kind``).
+    #: Misses by the kind of their refusal (``cachekit.semantic.policy.slots.refusal_kind``).
     refusals: dict[str, int] = field(default_factory=dict)
     near_sample: list[NearMiss] = field(default_factory=list)
     sweep: list[Report] = field(default_factory=list)

@@ -44,10 +44,10 @@ from cachekit.replay.policies import policy_factory
 from cachekit.replay.report import EXACT, MISS, SEMANTIC, Outcome, Report, Usage, build_report
 from cachekit.replay.truth import Truth, read_truth
 from cachekit.replay.vectors import PrecomputedEmbedder, embed_all, single_text_ms
-from cachekit.semantic.policy import ThresholdPolicy, operating_point_of
+from cachekit.semantic.policy.hit_policy import ThresholdPolicy, operating_point_of
 
 if TYPE_CHECKING:
-    from cachekit.protocols import Embedder
+    from cachekit._core.protocols import Embedder
 
 __all__ = ["INVALID_REQUEST", "Prepared", "ReplayOptions", "prepare_log", "replay", "run_replay"]
 
@@ -363,7 +363,7 @@ def run_replay(
 
     embedder = opts.embedder
     if embedder is None:
-        from cachekit.semantic.embedder import SentenceTransformerEmbedder
+        from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()
     table, embed_ms = _embed_texts(prep, embedder, opts.progress)

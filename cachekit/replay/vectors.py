@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from cachekit.protocols import Embedder
+    from cachekit._core.protocols import Embedder
 
 __all__ = ["EMBED_CHUNK", "PrecomputedEmbedder", "embed_all", "single_text_ms"]
 
@@ -26,7 +26,7 @@ EMBED_CHUNK = 1024
 
 
 class PrecomputedEmbedder:
-    """An :class:`~cachekit.protocols.Embedder` answering from vectors computed in advance.
+    """An :class:`~cachekit._core.protocols.Embedder` answering from vectors computed in advance.
 
     It carries the real embedder's ``name`` and ``dim``, so entries it makes are what the real
     one would make. A text not in the table (none, in a replay) is embedded by ``fallback`` and

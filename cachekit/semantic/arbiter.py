@@ -1,7 +1,8 @@
 """Between the semantic tier and its hit policy: candidates, per-entry records, verdicts.
 
 One :class:`HitArbiter` per semantic tier. On a lookup it turns the tier's live neighbours into
-:class:`~cachekit.semantic.policy.Candidate` s (each with its entry's own record), asks the policy,
+:class:`~cachekit.semantic.policy.hit_policy.Candidate` s (each with its entry's own record), asks
+the policy,
 and remembers what must be checked once the function has run: an exploration, or (for policies
 that learn from every miss) the nearest rejected candidate. When the function's fresh answer
 arrives (:meth:`HitArbiter.computed`) it is compared with the candidate's by the policy's
@@ -36,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
-from cachekit.semantic.policy import NO_STATS, Candidate, EntryStats, HitPolicy, guard_of
-from cachekit.semantic.slots import refusal_kind
+from cachekit.semantic.policy.hit_policy import NO_STATS, Candidate, EntryStats, HitPolicy, guard_of
+from cachekit.semantic.policy.slots import refusal_kind
 
 __all__ = [
     "LABELS_MAX",

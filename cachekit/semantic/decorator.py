@@ -16,19 +16,24 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, Self, TypeVar, overload
 
-from cachekit.decorators import METHOD_RECEIVERS
-from cachekit.extras import check_faiss_distributions, require, require_installed
-from cachekit.keys import ArgNormalizer, local_key, stable_digest, strings_digest
-from cachekit.sansio import Core, adrive, drive
-from cachekit.semantic.policy import HitPolicy, resolve_policy
-from cachekit.types import CacheKey, Found, LookupResult, Status
+from cachekit._core.extras import check_faiss_distributions, require, require_installed
+from cachekit._core.keys import ArgNormalizer, local_key, stable_digest, strings_digest
+from cachekit._core.methods import (
+    METHOD_RECEIVERS,
+    BoundMethod,
+    receiver_of,
+    warn_receiver_left_out,
+)
+from cachekit._core.sansio import Core, adrive, drive
+from cachekit._core.types import CacheKey, Found, LookupResult, Status
+from cachekit.semantic.policy.hit_policy import HitPolicy, resolve_policy
 
 if TYPE_CHECKING:
+    from cachekit._core.protocols import Embedder, VectorIndex
+    from cachekit._engine.engine import Engine
     from cachekit.cache import Cache
-    from cachekit.engine import Engine
-    from cachekit.protocols import Embedder, VectorIndex
     from cachekit.semantic.tier import Match, SemanticTier
 
 __all__ = ["SemanticFunction", "make_semantic"]
@@ -36,36 +41,47 @@ __all__ = ["SemanticFunction", "make_semantic"]
 log = logging.getLogger("cachekit.semantic")
 
 T = TypeVar("T")
+P = ParamSpec("P")
+P2 = ParamSpec("P2")
+S = TypeVar("S")
+R = TypeVar("R")
 
 _VAR_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
-class SemanticFunction(Protocol):
-    """What ``@cache.semantic`` returns: the function, same signature, plus these helpers.
-    For ``async def`` functions ``lookup``, ``put``, ``put_many`` and ``invalidate`` are
-    coroutines. ``search``/``index`` (and their asyncio forms ``asearch``/``aindex``, on every
-    function) are the semantic side alone: a search with no exact read, counted as a call in the
-    tier, and semantic entries with no exact entry, for callers that keep exact entries of
-    their own."""
+class SemanticFunction(Protocol[P, R]):
+    """What ``@cache.semantic`` returns: the function, its types kept, plus helpers taking the
+    same arguments (docs/api.md). ``search``/``index`` (both forms on every function) are the
+    semantic side alone, for callers that keep their own exact entries (``LLMCache``)."""
 
-    __wrapped__: Callable[..., Any]
+    __wrapped__: Callable[P, R]
     cache: Cache
     tier: SemanticTier
     policy: HitPolicy
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
-    def lookup(self, *args: Any, **kwargs: Any) -> Any: ...
-    def put(self, value: Any, *args: Any, **kwargs: Any) -> Any: ...
+    __name__: str
+    __qualname__: str
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+    def lookup(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+    def put(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> Any: ...
     def put_many(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> Any: ...
-    def invalidate(self, *args: Any, **kwargs: Any) -> Any: ...
-    def search(self, *args: Any, **kwargs: Any) -> LookupResult: ...
-    async def asearch(self, *args: Any, **kwargs: Any) -> LookupResult: ...
-    def index(self, value: Any, *args: Any, **kwargs: Any) -> bool: ...
-    async def aindex(self, value: Any, *args: Any, **kwargs: Any) -> bool: ...
-    def cache_key(self, *args: Any, **kwargs: Any) -> str: ...
-    def scope_key(self, *args: Any, **kwargs: Any) -> str: ...
+    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+    def search(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
+    async def asearch(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
+    def index(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> bool: ...
+    async def aindex(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> bool: ...
+    def cache_key(self, *args: P.args, **kwargs: P.kwargs) -> str: ...
+    def scope_key(self, *args: P.args, **kwargs: P.kwargs) -> str: ...
     def flush(self, timeout: float | None = None) -> bool: ...
     def close(self) -> None: ...
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> Self: ...
+    @overload
+    def __get__(
+        self: SemanticFunction[Concatenate[S, P2], R], instance: S, owner: type[Any] | None = None
+    ) -> BoundMethod[P2, R]: ...
 
 
 def make_semantic(
@@ -78,6 +94,7 @@ def make_semantic(
     ttl: float | None = None,
     text: Callable[..., str] | None = None,
     scope: Callable[..., Any] | None = None,
+    ignore: tuple[str, ...] = (),
     embedder: Embedder | Callable[..., Any] | None = None,
     name: str | None = None,
     version: str | int | None = None,
@@ -113,9 +130,14 @@ def make_semantic(
         raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
     embedder_factory = _embedder_factory(embedder)
 
-    def wrap(f: Callable[..., Any]) -> SemanticFunction:
+    if isinstance(ignore, str) or not all(isinstance(n, str) for n in ignore):
+        raise TypeError(f"ignore= must be a sequence of parameter names, got {ignore!r}")
+
+    def wrap(f: Callable[..., Any]) -> SemanticFunction[..., Any]:
         if not callable(f):
             raise TypeError("@cache.semantic decorates a function")
+        if scope is None:
+            warn_receiver_left_out(f, "semantic", "scope", ignore)
         return _make(
             engine,
             owner,
@@ -124,6 +146,7 @@ def make_semantic(
             ttl=ttl,
             text=text,
             scope=scope,
+            ignore=ignore,
             embedder_factory=embedder_factory,
             name=name,
             version=version,
@@ -140,7 +163,7 @@ def make_semantic(
 
 
 #: What the default embedder (ONNX, no torch) loads on first use; checked, not imported, at
-#: decoration. Its weights are found on first use (`cachekit.semantic.model_files`).
+#: decoration. Its weights are found on first use (`cachekit.semantic.embed.model_files`).
 DEFAULT_EMBEDDER_MODULES = ("onnxruntime", "onnx", "tokenizers", "safetensors")
 
 
@@ -162,14 +185,14 @@ def _require_extras(embedder: Any, index_factory: Any) -> None:
 
 
 def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
-    from cachekit.semantic.embedder import CachedEmbedder, as_embedder
+    from cachekit.semantic.embed.embedder import CachedEmbedder, as_embedder
 
     if embedder is None:
 
         def default() -> Embedder:
             # Built on first use: loading the model takes seconds and must not happen at import
             # or decoration time.
-            from cachekit.semantic.embedder import SentenceTransformerEmbedder
+            from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
 
             return CachedEmbedder(SentenceTransformerEmbedder())
 
@@ -184,8 +207,7 @@ def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
 def _receiver(fn: Callable[..., Any]) -> int:
     """1 when ``fn`` is a method (first parameter ``self`` or ``cls``), else 0: the receiver is
     neither the compared text nor scope, as in ``@cache.cached`` (docs/exact.md, Methods)."""
-    params = list(inspect.signature(fn).parameters)
-    return 1 if params and params[0] in METHOD_RECEIVERS else 0
+    return 1 if receiver_of(fn) is not None else 0
 
 
 def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
@@ -224,6 +246,7 @@ class _Split:
         fname: str,
         text: Callable[..., str] | None,
         scope: Callable[..., Any] | None,
+        ignore: tuple[str, ...] = (),
     ) -> None:
         self.fname = fname
         self.text = text
@@ -232,6 +255,12 @@ class _Split:
         self.skip = _receiver(fn)
         self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
         self.text_pos -= self.skip
+        params = list(inspect.signature(fn).parameters)[self.skip :]
+        unknown = [n for n in ignore if n not in params and n not in METHOD_RECEIVERS]
+        if unknown:
+            raise ValueError(f"{fname}: ignore= names no parameter: {unknown}")
+        #: Positions (after the receiver) left out of the scope.
+        self.ignored = frozenset(i for i, n in enumerate(params) if n in ignore)
         self._scopes: dict[Hashable, str] = {}
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
@@ -245,16 +274,18 @@ class _Split:
             # The argument the text was taken from is not scope; anything derived from it
             # (a stripped prompt, the last message) stays in scope unless scope= says otherwise:
             # a missed hit is cheaper than a wrong one.
-            pos = next((i for i, v in enumerate(values) if v is t), None)
-            rest: tuple[Any, ...] = values if pos is None else values[:pos] + values[pos + 1 :]
+            pos = next((i for i, v in enumerate(values) if v is t), -1)
         else:
-            t = values[self.text_pos]
+            t, pos = values[self.text_pos], self.text_pos
             if not isinstance(t, str):
                 raise TypeError(
                     f"{self.fname}: the compared text argument {self.text_name!r} must be str, "
                     f"got {type(t).__name__}"
                 )
-            rest = values[: self.text_pos] + values[self.text_pos + 1 :]
+        if self.ignored:
+            rest = tuple(v for i, v in enumerate(values) if i != pos and i not in self.ignored)
+        else:
+            rest = values if pos < 0 else values[:pos] + values[pos + 1 :]
         what = ("scope", self.scope(*args, **kwargs)) if self.scope is not None else ("args", rest)
         return self._scope_key(what), t
 
@@ -281,7 +312,7 @@ _Parts = tuple[LookupResult, CacheKey, str, str]
 
 class _SemanticCalls:
     """Everything a ``@cache.semantic`` function does: exact lookup, semantic search, the miss
-    path and the writes. Each is one generator core (see :mod:`cachekit.sansio`), run by
+    path and the writes. Each is one generator core (see :mod:`cachekit._core.sansio`), run by
     :meth:`run` with the sync operations or by :meth:`arun` with their asyncio forms."""
 
     def __init__(
@@ -550,6 +581,7 @@ def _make(
     ttl: float | None,
     text: Callable[..., str] | None,
     scope: Callable[..., Any] | None,
+    ignore: tuple[str, ...],
     embedder_factory: Callable[[], Embedder],
     name: str | None,
     version: str | int | None,
@@ -560,13 +592,13 @@ def _make(
     batching: bool,
     cache_none: bool,
     index_factory: Callable[[int], VectorIndex] | None,
-) -> SemanticFunction:
+) -> SemanticFunction[..., Any]:
     from cachekit.semantic.tier import MAX_BYTES, SemanticTier
 
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
         fname = f"{fname}@{version}"
-    split = _Split(fn, fname, text, scope)
+    split = _Split(fn, fname, text, scope, ignore)
     tier = SemanticTier(
         engine,
         fname,

@@ -15,7 +15,14 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["ENTRY_ID_DIGEST_BYTES", "ENTRY_OVERHEAD", "EntryTable", "SemanticEntry", "entry_id"]
+__all__ = [
+    "ENTRY_ID_DIGEST_BYTES",
+    "ENTRY_OVERHEAD",
+    "EntryTable",
+    "Match",
+    "SemanticEntry",
+    "entry_id",
+]
 
 #: Bytes of the BLAKE2b digest an entry id is taken from.
 ENTRY_ID_DIGEST_BYTES = 8
@@ -104,3 +111,16 @@ class EntryTable:
         self._entries.clear()
         self._sizes.clear()
         self.bytes = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The outcome of one semantic search: ``entry`` is the accepted neighbour (or None) and
+    ``similarity`` its score, or the best rejected score when nothing was accepted; then
+    ``reason`` says why the nearest was refused (``"slots: numbers 61 != 63"``) and
+    ``nearest_text`` is its text."""
+
+    similarity: float | None
+    entry: SemanticEntry | None
+    reason: str | None = None
+    nearest_text: str | None = None

@@ -18,7 +18,7 @@ made by this tier's embedder, and its id is the id of its own scope and text. Ot
 and counted (``invalid_entries``); they are data errors, not Redis failures, so only the store's
 own round trips run through the engine's guarded call (and its circuit breaker).
 
-Each entry's record (:class:`~cachekit.semantic.policy.EntryStats`, kept by the tier's
+Each entry's record (:class:`~cachekit.semantic.policy.hit_policy.EntryStats`, kept by the tier's
 :class:`~cachekit.semantic.arbiter.HitArbiter`) is shared too, when the store
 ``shares_records``: a verdict is written beside the entry and announced in the thread that
 reached it, served counts are added by the sync thread at most once a second, and a process
@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
-from cachekit.semantic.entries import SemanticEntry, entry_id
-from cachekit.semantic.shared_store import (
+from cachekit._core.types import FAILED
+from cachekit._engine.telemetry import LatencyHistogram
+from cachekit.backends.semantic_store import (
     PIPELINE_CHUNK,
     LogMessage,
     LogRead,
@@ -50,12 +50,12 @@ from cachekit.semantic.shared_store import (
     StatsChange,
     StoredEntry,
 )
-from cachekit.telemetry import LatencyHistogram
-from cachekit.types import FAILED
+from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
+from cachekit.semantic.entries import SemanticEntry, entry_id
 
 if TYPE_CHECKING:
-    from cachekit.engine import Engine
-    from cachekit.protocols import Embedder
+    from cachekit._core.protocols import Embedder
+    from cachekit._engine.engine import Engine
 
 __all__ = [
     "FOLLOW_BLOCK_S",

@@ -21,7 +21,7 @@ import numpy as np
 from cachekit.semantic.entries import SemanticEntry
 
 if TYPE_CHECKING:
-    from cachekit.protocols import VectorIndex
+    from cachekit._core.protocols import VectorIndex
 
 __all__ = ["SAVE_FORMAT", "read_snapshot", "write_snapshot"]
 

@@ -7,7 +7,7 @@ Layout of state, all guarded by one lock:
   from the front (oldest-first), which needs no bookkeeping on the hit path and, with Redis
   sharing, makes every process evict the same entries. An entry over ``max_bytes //
   MAX_ENTRY_SHARE`` is not held at all (counted ``too_large``): one request cannot flush the index.
-* ``_indexes``: one :class:`~cachekit.protocols.VectorIndex` per scope, created on first insert.
+* ``_indexes``: one :class:`~cachekit._core.protocols.VectorIndex` per scope, made on first insert.
   A scope holds only requests that may answer each other, so a search can never return an entry
   from another model, tenant or system prompt, whatever its similarity.
 * ``_expiry``: a heap of ``(expires_at, id)``; expired entries are purged on every batch and
@@ -18,7 +18,7 @@ same id without asking anyone: storing the same text again replaces the entry, r
 stream message twice is harmless, and invalidation needs no lookup.
 
 This module holds the local store and the decision. Sharing through a
-:class:`~cachekit.semantic.shared_store.SemanticStore` (Redis) is
+:class:`~cachekit.backends.semantic_store.SemanticStore` (Redis) is
 :class:`~cachekit.semantic.replication.Replication`; saving to a directory is
 :mod:`cachekit.semantic.snapshots`; the counters are :mod:`cachekit.semantic.tier_counters`.
 """
@@ -31,16 +31,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cachekit._core.serialization import (
+    Envelope,
+    SerializationError,
+    decode_envelope,
+    encode_envelope,
+)
+from cachekit._engine.batcher import MicroBatcher
+from cachekit._engine.telemetry import LatencyHistogram
 from cachekit.semantic.arbiter import HitArbiter
-from cachekit.semantic.batcher import MicroBatcher
-from cachekit.semantic.entries import EntryTable, SemanticEntry, entry_bytes, entry_id
-from cachekit.semantic.policy import HitPolicy
+from cachekit.semantic.entries import EntryTable, Match, SemanticEntry, entry_bytes, entry_id
+from cachekit.semantic.policy.hit_policy import HitPolicy
 from cachekit.semantic.replication import (
     FOLLOW_BLOCK_S,
     INITIAL_SYNC_WAIT_S,
@@ -50,13 +56,11 @@ from cachekit.semantic.replication import (
 )
 from cachekit.semantic.snapshots import read_snapshot, write_snapshot
 from cachekit.semantic.tier_counters import TierCounters, ms
-from cachekit.serialization import Envelope, SerializationError, decode_envelope, encode_envelope
-from cachekit.telemetry import LatencyHistogram
 
 if TYPE_CHECKING:
-    from cachekit.engine import Engine
-    from cachekit.protocols import Embedder, VectorIndex
-    from cachekit.semantic.shared_store import SemanticStore
+    from cachekit._core.protocols import Embedder, VectorIndex
+    from cachekit._engine.engine import Engine
+    from cachekit.backends.semantic_store import SemanticStore
 
 __all__ = [
     "FOLLOW_BLOCK_S",
@@ -82,23 +86,10 @@ MAX_BYTES = 256 * 2**20
 MAX_ENTRY_SHARE = 16
 
 
-@dataclass(frozen=True, slots=True)
-class Match:
-    """The outcome of one semantic search: ``entry`` is the accepted neighbour (or None) and
-    ``similarity`` its score, or the best rejected score when nothing was accepted; then
-    ``reason`` says why the nearest was refused (``"slots: numbers 61 != 63"``) and
-    ``nearest_text`` is its text."""
-
-    similarity: float | None
-    entry: SemanticEntry | None
-    reason: str | None = None
-    nearest_text: str | None = None
-
-
 class SemanticTier(TierCounters):
     """Semantic entries of one decorated function. See the module docstring for the layout.
 
-    ``embedder`` is a zero-argument factory or an :class:`~cachekit.protocols.Embedder`; the
+    ``embedder`` is a zero-argument factory or an :class:`~cachekit._core.protocols.Embedder`; the
     factory runs on first use so that decorating a function never loads a model.
     """
 
@@ -189,7 +180,7 @@ class SemanticTier(TierCounters):
     def _new_index(self, dim: int) -> VectorIndex:
         if self._index_factory is not None:
             return self._index_factory(dim)
-        from cachekit.semantic.index import FaissIndex
+        from cachekit.semantic.index.faiss_index import FaissIndex
 
         return FaissIndex(dim)
 
@@ -570,7 +561,7 @@ class SemanticTier(TierCounters):
 
     def _load_index(self, path: Path) -> VectorIndex:
         if self._index_factory is None:
-            from cachekit.semantic.index import FaissIndex
+            from cachekit.semantic.index.faiss_index import FaissIndex
 
             return FaissIndex.load(path)
         loader = getattr(type(self._index_factory(1)), "load", None)
@@ -686,7 +677,7 @@ class SemanticTier(TierCounters):
         """Import faiss now (most of a second) when this tier will need it, rather than when
         the first entry shared by another replica arrives."""
         if self._index_factory is None:
-            import cachekit.semantic.index  # noqa: F401
+            import cachekit.semantic.index.faiss_index  # noqa: F401
 
 
 def semantic_base(key_prefix: str, namespace: str, name: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from cachekit.telemetry import LatencyHistogram
+from cachekit._engine.telemetry import LatencyHistogram
 
 __all__ = ["SIMILARITY_SAMPLES", "TierCounters"]
 
