@@ -159,7 +159,7 @@ def inflated(i: int) -> bytes:
 
 def test_the_memo_is_bounded_in_bytes_whatever_the_bodies_parse_into() -> None:
     """A small budget filled many times over with inflating bodies: what stays allocated is
-    within the budget (bench/hostile_clients.py measures a worker's RSS at full scale)."""
+    within the budget (bench/proxy/hostile_clients.py measures a worker's RSS at full scale)."""
     memo = RequestMemo()
     budget = memo.max_bytes
     tracemalloc.start()

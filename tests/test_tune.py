@@ -1,7 +1,7 @@
 """`cachekit tune`: pairs and measures, the adapter it writes, loading it, resuming, the CLI.
 
 The tune runs here are tiny (a few steps on generated pairs, the real packaged model on CPU):
-they check the machinery, not the quality (``bench/tune_quality.py`` measures that)."""
+they check the machinery, not the quality (``bench/quality/tune.py`` measures that)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ DEFAULT_MAX_BYTES = 64 * 2**20
 #: Most arrays, maps and extension values one stored value may decode into (msgpack and JSON).
 #: A container is one byte on the wire and ~70 bytes in Python, so a 16 MiB entry of empty maps
 #: would cost a reader ~1 GB and seconds; with this bound it is refused after ~72 MiB and ~0.2 s
-#: (bench/decode_bounds.py).
+#: (bench/exact/decode_bounds.py).
 #: A payload shorter than the bound cannot reach it and is decoded with no counting at all.
 DEFAULT_MAX_CONTAINERS = 2**20
 

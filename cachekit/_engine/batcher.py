@@ -6,7 +6,7 @@ first waiting request, gathers more for up to ``max_wait_ms`` or until ``max_bat
 waiting, calls the batch function once and hands each caller its own result. The default wait
 is 0: a batch is whatever queued up while the previous one ran, so a lone caller never waits,
 and under load batches form by themselves (32 callers on 2 cores: the same throughput as a 2 ms
-wait, bench/throughput.py). Threads block on a :class:`concurrent.futures.Future`; asyncio
+wait, bench/semantic/throughput.py). Threads block on a :class:`concurrent.futures.Future`; asyncio
 callers await it with :func:`asyncio.wrap_future`, so the work never runs on an event loop.
 
 A synchronous caller (:meth:`MicroBatcher.call`) that finds the batcher idle (nothing queued,

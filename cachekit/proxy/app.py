@@ -1,4 +1,4 @@
-"""The ``cachekit serve`` application: an OpenAI-compatible caching proxy (FastAPI).
+"""The ``cachekit serve`` application: an OpenAI-compatible caching proxy (Starlette).
 
 HTTP translation only: every caching decision is made by :class:`cachekit.llm.LLMCache` and the
 rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions``,
@@ -24,12 +24,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from cachekit.cache import Status
 from cachekit.llm import (
@@ -108,7 +109,7 @@ HITS_REMEMBERED = 10_000
 
 
 class Proxy:
-    """The proxy's state and request handling; :func:`create_app` wires it into FastAPI."""
+    """The proxy's state and request handling; :func:`create_app` wires it into Starlette."""
 
     def __init__(
         self, config: ProxyConfig, llm: LLMCache | None = None, embedder: Any = None
@@ -637,62 +638,52 @@ def _usage_only(chunk: Any) -> bool:
 
 def create_app(
     config: ProxyConfig, *, llm: LLMCache | None = None, embedder: Any = None
-) -> FastAPI:
-    """The FastAPI app for ``config``. ``llm``: an already built cache (tests, embedding the
-    proxy in another app); ``embedder``: replaces the configured one."""
+) -> Starlette:
+    """The ASGI app for ``config`` (Starlette: the proxy reads and writes raw requests, so a
+    router is all it needs). ``llm``: an already built cache (tests, embedding the proxy in
+    another app); ``embedder``: replaces the configured one."""
     proxy = Proxy(config, llm, embedder)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await proxy.start()
         try:
             yield
         finally:
             await proxy.stop()
 
-    app = FastAPI(
-        title="cachekit proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
-    app.state.proxy = proxy
-    app.add_exception_handler(StarletteHTTPException, http_error)
+    def cached(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            return await proxy.cached(request, endpoint)
 
-    @app.post(CHAT)
-    async def chat(request: Request) -> Response:
-        return await proxy.cached(request, CHAT)
+        return route
 
-    @app.post(COMPLETIONS)
-    async def completions(request: Request) -> Response:
-        return await proxy.cached(request, COMPLETIONS)
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(proxy.health())
 
-    @app.post(EMBEDDINGS)
-    async def embeddings(request: Request) -> Response:
-        return await proxy.cached(request, EMBEDDINGS)
-
-    @app.post(RESPONSES)
-    async def responses(request: Request) -> Response:
-        return await proxy.cached(request, RESPONSES)
-
-    @app.post(FEEDBACK_PATH)
-    async def feedback(request: Request) -> Response:
-        return await proxy.feedback(request)
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        return proxy.health()
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         return Response(await proxy.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.api_route(
-        "/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    routes = [Route(path, cached(path), methods=["POST"]) for path in CACHED_ROUTES]
+    routes += [
+        Route(FEEDBACK_PATH, proxy.feedback, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/{path:path}", proxy.passthrough, methods=PASSTHROUGH_METHODS),
+    ]
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={StarletteHTTPException: http_error}
     )
-    async def passthrough(request: Request) -> Response:
-        return await proxy.passthrough(request)
-
+    app.state.proxy = proxy
     return app
 
 
-def app_from_env() -> FastAPI:
+#: The cached routes, each answered by :meth:`Proxy.cached` for its endpoint.
+CACHED_ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES)
+#: Every method a passthrough route forwards.
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def app_from_env() -> Starlette:
     """The app for uvicorn worker processes: settings from ``$CACHEKIT_SERVE_CONFIG``."""
     return create_app(ProxyConfig.from_env(os.environ[ENV_VAR]))

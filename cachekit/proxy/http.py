@@ -7,8 +7,8 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from cachekit.llm import RequestError, parse_body
 from cachekit.llm.rules import check_depth

@@ -62,13 +62,14 @@ DEFAULT_MODEL_DIM = 384
 ONNX_MODULES = ("onnxruntime", "onnx", "tokenizers", "safetensors")
 # Half the CPUs, at most 4: a 6-layer MiniLM stops scaling beyond a few threads, and the other
 # half is left to the caller (tokenizer, faiss, the web server). On the 2-core box measured,
-# 1 ORT thread beat 2 for both single-text and batch latency (see bench/embedder.py).
+# 1 ORT thread beat 2 for both single-text and batch latency (see bench/embed/latency.py).
 _MAX_DEFAULT_THREADS = 4
 _ONNX_FILE = Path("onnx") / "model.onnx"
 # A call's texts are sorted by length and encoded in sub-batches of this size (by OnnxRunner or
 # sentence-transformers alike); each sub-batch is padded to its longest text. On CPU, padding
 # costs more than batching saves beyond a few texts (per-text time, ONNX, 2 cores: 7.7 ms at 1,
-# 7.5 ms at 4, 12 ms at 64; `bench/throughput.py --curve`), while a GPU wants large batches.
+# 7.5 ms at 4, 12 ms at 64; `bench/semantic/throughput.py --curve`), while a GPU wants large
+# batches.
 _CPU_BATCH_SIZE = 4
 _ACCELERATOR_BATCH_SIZE = 64
 
@@ -143,7 +144,8 @@ class SentenceTransformerEmbedder:
     ``quantize="int8"`` (ONNX only, opt-in) runs a dynamically quantized copy of the graph,
     written once under ``cache_dir`` (default :func:`default_cache_dir`): faster on CPU, but
     its vectors differ slightly from fp32 (cosine about 0.99), so calibrate the threshold for
-    it (``bench/quality.py --quantize int8``); its ``name`` ends in ``-int8`` so its entries
+    it (``bench/quality/hit_quality.py --quantize int8``); its ``name`` ends in ``-int8`` so its
+    entries
     never mix with fp32 ones.
 
     ``num_threads`` sets ONNX Runtime's intra-op pool (default: half the available CPUs, 1 to 4),

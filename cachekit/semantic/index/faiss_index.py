@@ -55,7 +55,7 @@ Device = Literal["auto", "cpu", "cuda"]
 
 log = logging.getLogger("cachekit.semantic")
 
-# Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/index.py
+# Measured on a shared 2-core x86 box with 384-d MiniLM-like vectors (bench/semantic/index.py
 # --crossover; docs/benchmarks.md, "Embedder and index alone"): batch-1 flat search is 0.1-0.3
 # ms up to 6k vectors, then falls off a cliff once the vectors outgrow the CPU cache (0.8-1.4 ms
 # at 10k, 2-3 ms at 20k) while HNSW stays at 0.1-0.2 ms. HNSW is faster from ~2k, but below 8k
@@ -72,7 +72,7 @@ DEFAULT_EF_SEARCH = 64
 # graph grows: at 1M entries efSearch=64 made a different hit/miss decision than exact search
 # for 8% of lookups, 512 for 1% (~1 ms per search, next to a ~8 ms embedding); at 100k, 64 made
 # the same decisions as exact, and at 10k so did 32 (recall@1 0.993; at 50k 32 kept the
-# decisions but recall@1 fell to 0.967, 48 gave 0.980; bench/semantic_latency.py --ef). So by
+# decisions but recall@1 fell to 0.967, 48 gave 0.980; bench/semantic/latency.py --ef). So by
 # default efSearch starts at 32 and grows half as fast as the entries' 64 per 100k (48 at 50k),
 # then as fast from 100k (64), up to 512.
 _EF_PER_ENTRY = DEFAULT_EF_SEARCH / 100_000

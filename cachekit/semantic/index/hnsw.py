@@ -58,7 +58,7 @@ class HnswGraph:
     ) -> HnswGraph:
         # Vectors held as float16: half the memory a search reads, and a search right after an
         # embedder's forward pass (which leaves the CPU caches cold) is bound by those reads;
-        # scores move by under 1e-4 (bench/semantic_latency.py prints the shortfall).
+        # scores move by under 1e-4 (bench/semantic/latency.py prints the shortfall).
         hnsw = faiss.IndexHNSWSQ(
             dim,
             faiss.ScalarQuantizer.QT_fp16,  # type: ignore[arg-type]  # an enum value (int)

@@ -58,7 +58,7 @@ after the similarity search and before the hit policy:
     Chinese" / "... for Chinese speakers to learn Dutch"), unless a joiner stands between them.
 
 Every check is symmetric, pure Python and memoised per text, so a stored entry is parsed once:
-a check of a query against four candidates costs tens of microseconds (``bench/semantic_latency.py``
+a check of a query against four candidates costs tens of microseconds (``bench/semantic/latency.py``
 measures it on a hit). :class:`SlotGuard` is a :class:`SlotCheck`; the hit policies carry one as
 ``guard`` (``None`` opts out) and :class:`~cachekit.semantic.arbiter.HitArbiter` asks it about
 every candidate (``docs/hit-quality.md``, "The slot guard").

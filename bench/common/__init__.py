@@ -1,0 +1,1 @@
+"""What the benchmark scripts share: evaluation data, processes, servers, generated sets."""

@@ -1,0 +1,1 @@
+"""The exact tier: hits, misses, feature sets, the engine paths, replication, hardening."""

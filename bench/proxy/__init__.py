@@ -1,0 +1,1 @@
+"""``cachekit serve``: load, hostile upstreams and clients, Redis faults, Responses hits."""
