@@ -10,6 +10,7 @@ path shows in the ratio.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
@@ -50,9 +51,9 @@ KEY_MEMO_MAX_KEY_BYTES = 1024
 
 class CachedFunction(Protocol[P, R]):
     """What ``@cache.cached`` returns: the function, with its parameters and return type kept
-    for type checkers, plus these helpers, which take the same arguments. On an ``async def``
-    function ``lookup``, ``refresh`` and ``invalidate`` are coroutines (docs/api.md, "Sync and
-    async")."""
+    for type checkers, plus these helpers, which take the same arguments. ``alookup``,
+    ``arefresh`` and ``ainvalidate`` are always coroutines; ``lookup``, ``refresh`` and
+    ``invalidate`` are of the function's kind (docs/api.md, "Sync and async")."""
 
     __wrapped__: Callable[P, R]
     cache: Cache
@@ -66,6 +67,9 @@ class CachedFunction(Protocol[P, R]):
     def lookup(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
     def refresh(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
     def with_options(self, *, ttl: float | None = None) -> Callable[P, R]: ...
+    async def alookup(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
+    async def ainvalidate(self, *args: P.args, **kwargs: P.kwargs) -> None: ...
+    async def arefresh(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
 
     @overload
     def __get__(self, instance: None, owner: type[Any] | None = None) -> Self: ...
@@ -368,7 +372,26 @@ def _sync_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _C
         k = keys.full(args, kwargs)
         return calls.result(k, engine.lookup_one(k, probe=True))
 
+    async def arefresh(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(refresh, *args, **kwargs)
+
     w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
+    w.arefresh = arefresh
+    return _with_async_helpers(w, engine, keys, calls)
+
+
+def _with_async_helpers(w: Any, engine: Engine, keys: _Keys, calls: _Calls) -> Any:
+    """``alookup`` and ``ainvalidate`` on ``w``, whatever the function's kind (they never call
+    it): the asyncio forms every decorated function has (docs/api.md, "Sync and async")."""
+
+    async def alookup(*args: Any, **kwargs: Any) -> LookupResult:
+        k = keys.full(args, kwargs)
+        return calls.result(k, await engine.alookup_one(k, probe=True))
+
+    async def ainvalidate(*args: Any, **kwargs: Any) -> None:
+        await engine.adelete_many([keys.full(args, kwargs)])
+
+    w.alookup, w.ainvalidate = alookup, ainvalidate
     return w
 
 
@@ -399,13 +422,7 @@ def _async_wrapper(engine: Engine, fn: Callable[..., Any], keys: _Keys, calls: _
     async def refresh(*args: Any, **kwargs: Any) -> Any:
         return await calls.arefresh_key(keys.full(args, kwargs), args, kwargs, None)
 
-    async def invalidate(*args: Any, **kwargs: Any) -> None:
-        await engine.adelete_many([keys.full(args, kwargs)])
-
-    async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        k = keys.full(args, kwargs)
-        return calls.result(k, await engine.alookup_one(k, probe=True))
-
-    w: Any = wrapper
-    w.with_options, w.refresh, w.invalidate, w.lookup = with_options, refresh, invalidate, lookup
+    w: Any = _with_async_helpers(wrapper, engine, keys, calls)
+    w.with_options, w.refresh, w.arefresh = with_options, refresh, refresh
+    w.invalidate, w.lookup = w.ainvalidate, w.alookup
     return w

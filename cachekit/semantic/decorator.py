@@ -15,20 +15,19 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, Self, TypeVar, overload
 
 from cachekit._core.extras import check_faiss_distributions, require, require_installed
-from cachekit._core.keys import ArgNormalizer, local_key, stable_digest, strings_digest
+from cachekit._core.keys import strings_digest
 from cachekit._core.methods import (
-    METHOD_RECEIVERS,
     BoundMethod,
-    receiver_of,
     warn_receiver_left_out,
 )
 from cachekit._core.sansio import Core, adrive, drive
 from cachekit._core.types import CacheKey, Found, LookupResult, Status
 from cachekit.semantic.policy.hit_policy import HitPolicy, resolve_policy
+from cachekit.semantic.scope import CallSplit
 
 if TYPE_CHECKING:
     from cachekit._core.protocols import Embedder, VectorIndex
@@ -42,11 +41,11 @@ log = logging.getLogger("cachekit.semantic")
 
 T = TypeVar("T")
 P = ParamSpec("P")
+#: One item of ``put_many``: ``(value, args, kwargs)``.
+PutItem = tuple[Any, tuple[Any, ...], dict[str, Any]]
 P2 = ParamSpec("P2")
 S = TypeVar("S")
 R = TypeVar("R")
-
-_VAR_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 class SemanticFunction(Protocol[P, R]):
@@ -65,8 +64,12 @@ class SemanticFunction(Protocol[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
     def lookup(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
     def put(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> Any: ...
-    def put_many(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> Any: ...
+    def put_many(self, items: Sequence[PutItem]) -> Any: ...
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+    async def alookup(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
+    async def aput(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> bool: ...
+    async def aput_many(self, items: Sequence[PutItem]) -> int: ...
+    async def ainvalidate(self, *args: P.args, **kwargs: P.kwargs) -> None: ...
     def search(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
     async def asearch(self, *args: P.args, **kwargs: P.kwargs) -> LookupResult: ...
     def index(self, value: Any, *args: P.args, **kwargs: P.kwargs) -> bool: ...
@@ -204,106 +207,6 @@ def _embedder_factory(embedder: Any) -> Callable[[], Embedder]:
     return lambda: wrapped
 
 
-def _receiver(fn: Callable[..., Any]) -> int:
-    """1 when ``fn`` is a method (first parameter ``self`` or ``cls``), else 0: the receiver is
-    neither the compared text nor scope, as in ``@cache.cached`` (docs/exact.md, Methods)."""
-    return 1 if receiver_of(fn) is not None else 0
-
-
-def _text_parameter(fn: Callable[..., Any]) -> tuple[int, str]:
-    """The compared argument: the first positional parameter annotated ``str``, else the first
-    positional one (a method's receiver aside); keyword-only parameters only when there is no
-    positional one."""
-    params = [p for p in inspect.signature(fn).parameters.values()]
-    candidates = [
-        (i, p) for i, p in enumerate(params) if p.kind not in _VAR_KINDS and i >= _receiver(fn)
-    ]
-    if not candidates:
-        raise TypeError(
-            f"{fn!r} has no named parameter to compare; pass text=lambda *a, **kw: ... instead"
-        )
-    # Keyword-only parameters (``*, model: str``) are settings, hence scope: they are the
-    # compared text only when nothing can be passed positionally.
-    positional = [c for c in candidates if c[1].kind is not inspect.Parameter.KEYWORD_ONLY]
-    for i, p in positional or candidates:
-        if p.annotation is str or p.annotation == "str":
-            return i, p.name
-    i, p = (positional or candidates)[0]
-    return i, p.name
-
-
-#: Scope digests remembered per semantic function (the memo is cleared when full).
-_SCOPE_MEMO = 1024
-
-
-class _Split:
-    """Turns a call into ``(scope_key, text)``: the compared text, and a digest of everything
-    else that must match for two calls to share an answer."""
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        fname: str,
-        text: Callable[..., str] | None,
-        scope: Callable[..., Any] | None,
-        ignore: tuple[str, ...] = (),
-    ) -> None:
-        self.fname = fname
-        self.text = text
-        self.scope = scope
-        self.normalize = ArgNormalizer(fn)
-        self.skip = _receiver(fn)
-        self.text_pos, self.text_name = (-1, "") if text is not None else _text_parameter(fn)
-        self.text_pos -= self.skip
-        params = list(inspect.signature(fn).parameters)[self.skip :]
-        unknown = [n for n in ignore if n not in params and n not in METHOD_RECEIVERS]
-        if unknown:
-            raise ValueError(f"{fname}: ignore= names no parameter: {unknown}")
-        #: Positions (after the receiver) left out of the scope.
-        self.ignored = frozenset(i for i, n in enumerate(params) if n in ignore)
-        self._scopes: dict[Hashable, str] = {}
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
-        values = self.normalize(args, kwargs)
-        if self.skip:
-            values = values[self.skip :]
-        if self.text is not None:
-            t = self.text(*args, **kwargs)
-            if not isinstance(t, str):
-                raise TypeError(f"{self.fname}: text= returned {type(t).__name__}, expected str")
-            # The argument the text was taken from is not scope; anything derived from it
-            # (a stripped prompt, the last message) stays in scope unless scope= says otherwise:
-            # a missed hit is cheaper than a wrong one.
-            pos = next((i for i, v in enumerate(values) if v is t), -1)
-        else:
-            t, pos = values[self.text_pos], self.text_pos
-            if not isinstance(t, str):
-                raise TypeError(
-                    f"{self.fname}: the compared text argument {self.text_name!r} must be str, "
-                    f"got {type(t).__name__}"
-                )
-        if self.ignored:
-            rest = tuple(v for i, v in enumerate(values) if i != pos and i not in self.ignored)
-        else:
-            rest = values if pos < 0 else values[:pos] + values[pos + 1 :]
-        what = ("scope", self.scope(*args, **kwargs)) if self.scope is not None else ("args", rest)
-        return self._scope_key(what), t
-
-    def _scope_key(self, what: tuple[str, Any]) -> str:
-        """The digest of ``what``, remembered for plain values (most calls of a function share
-        a few scopes: a model name, a temperature)."""
-        plain = local_key(what[1] if what[0] == "args" else (what[1],))
-        if plain is None:
-            return stable_digest(what)
-        memo_key = (what[0], plain)
-        digest = self._scopes.get(memo_key)
-        if digest is None:
-            if len(self._scopes) >= _SCOPE_MEMO:
-                self._scopes.clear()
-            digest = self._scopes[memo_key] = stable_digest(what)
-        return digest
-
-
 #: One entry to store: (exact key, scope key, text, value).
 _Item = tuple[CacheKey, str, str, Any]
 #: What a lookup found, with what the miss path needs: (result, exact key, scope key, text).
@@ -320,7 +223,7 @@ class _SemanticCalls:
         engine: Engine,
         fn: Callable[..., Any],
         tier: SemanticTier,
-        split: _Split,
+        split: CallSplit,
         *,
         ttl: float | None,
         version: str | int | None,
@@ -434,7 +337,7 @@ class _SemanticCalls:
         self.timing.add_compute(elapsed)
         self.engine.telemetry.compute.record(elapsed)
 
-    def prepared(self, items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> list[_Item]:
+    def prepared(self, items: Sequence[PutItem]) -> list[_Item]:
         out = []
         for value, a, kw in items:
             k, scope_key, t = self.key_of(tuple(a), dict(kw or {}))
@@ -598,7 +501,7 @@ def _make(
     fname = name or f"{fn.__module__}.{fn.__qualname__}"
     if version is not None:
         fname = f"{fname}@{version}"
-    split = _Split(fn, fname, text, scope, ignore)
+    split = CallSplit(fn, fname, text, scope, ignore)
     tier = SemanticTier(
         engine,
         fname,
@@ -641,7 +544,7 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
         k, scope_key, t = calls.key_of(args, kwargs)
         return calls.run(calls.store_core([(k, scope_key, t, value)])) > 0
 
-    def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
+    def put_many(items: Sequence[PutItem]) -> int:
         return calls.run(calls.store_core(calls.prepared(items)))
 
     def invalidate(*args: Any, **kwargs: Any) -> None:
@@ -653,9 +556,10 @@ def _sync_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
 
 
 def _with_semantic_only(w: Any, calls: _SemanticCalls) -> Any:
-    """``search``/``asearch`` and ``index``/``aindex`` on ``w``, in both forms whatever the
-    function's kind (they never call it): the semantic side alone, for callers that keep their
-    own exact entries (:class:`~cachekit.llm.LLMCache`)."""
+    """The helpers every semantic function has in both forms, whatever its kind (they never
+    call it): ``search``/``asearch`` and ``index``/``aindex`` (the semantic side alone, for
+    callers that keep their own exact entries, :class:`~cachekit.llm.LLMCache`), and the
+    asyncio forms ``alookup``, ``aput``, ``aput_many``, ``ainvalidate``."""
 
     def search(*args: Any, **kwargs: Any) -> LookupResult:
         return calls.run(calls.search_core(args, kwargs))
@@ -671,7 +575,21 @@ def _with_semantic_only(w: Any, calls: _SemanticCalls) -> Any:
         k, scope_key, t = calls.key_of(args, kwargs)
         return await calls.arun(calls.index_core([(k, scope_key, t, value)])) > 0
 
+    async def alookup(*args: Any, **kwargs: Any) -> LookupResult:
+        return (await calls.arun(calls.lookup_core(args, kwargs, probe=True)))[0]
+
+    async def aput(value: Any, *args: Any, **kwargs: Any) -> bool:
+        k, scope_key, t = calls.key_of(args, kwargs)
+        return await calls.arun(calls.store_core([(k, scope_key, t, value)])) > 0
+
+    async def aput_many(items: Sequence[PutItem]) -> int:
+        return await calls.arun(calls.store_core(calls.prepared(items)))
+
+    async def ainvalidate(*args: Any, **kwargs: Any) -> None:
+        await calls.arun(calls.invalidate_core(args, kwargs))
+
     w.search, w.asearch, w.index, w.aindex = search, asearch, index, aindex
+    w.alookup, w.aput, w.aput_many, w.ainvalidate = alookup, aput, aput_many, ainvalidate
     return w
 
 
@@ -680,19 +598,6 @@ def _async_wrapper(fn: Callable[..., Any], calls: _SemanticCalls) -> Any:
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         return await calls.arun(calls.call_core(args, kwargs))
 
-    async def lookup(*args: Any, **kwargs: Any) -> LookupResult:
-        return (await calls.arun(calls.lookup_core(args, kwargs, probe=True)))[0]
-
-    async def put(value: Any, *args: Any, **kwargs: Any) -> bool:
-        k, scope_key, t = calls.key_of(args, kwargs)
-        return await calls.arun(calls.store_core([(k, scope_key, t, value)])) > 0
-
-    async def put_many(items: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> int:
-        return await calls.arun(calls.store_core(calls.prepared(items)))
-
-    async def invalidate(*args: Any, **kwargs: Any) -> None:
-        await calls.arun(calls.invalidate_core(args, kwargs))
-
-    w: Any = wrapper
-    w.lookup, w.put, w.put_many, w.invalidate = lookup, put, put_many, invalidate
-    return _with_semantic_only(w, calls)
+    w = _with_semantic_only(wrapper, calls)
+    w.lookup, w.put, w.put_many, w.invalidate = w.alookup, w.aput, w.aput_many, w.ainvalidate
+    return w

@@ -2,7 +2,8 @@
 told to and a poller with a deadline (:mod:`~cachekit.testing.clock`), a deterministic embedder
 that needs no model (:mod:`~cachekit.testing.embedders`), and an OpenAI-compatible upstream served
 over real HTTP (:mod:`~cachekit.testing.upstream`, needs the ``proxy`` extra). The memory tier for
-a cache without Redis is :class:`cachekit.backends.MemoryTier`. Names load on first access."""
+a cache without Redis is :class:`MemoryTier` (from :mod:`cachekit.backends`, named here too).
+Names load on first access."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from cachekit._core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from cachekit.backends.memory import MemoryTier
     from cachekit.testing.clock import ManualClock, wait_until
     from cachekit.testing.embedders import DeterministicTestEmbedder
     from cachekit.testing.upstream import FakeUpstream, UpstreamServer, serving
@@ -19,12 +21,14 @@ __all__ = [
     "DeterministicTestEmbedder",
     "FakeUpstream",
     "ManualClock",
+    "MemoryTier",
     "UpstreamServer",
     "serving",
     "wait_until",
 ]
 
 _LAZY = {
+    "MemoryTier": "cachekit.backends.memory",
     "ManualClock": "cachekit.testing.clock",
     "wait_until": "cachekit.testing.clock",
     "DeterministicTestEmbedder": "cachekit.testing.embedders",
