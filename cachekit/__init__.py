@@ -8,6 +8,7 @@ that needs them is used. Everything a user imports is named here or in a public 
 """
 
 from cachekit._core import moved
+from cachekit._core.extras import MissingExtraError
 from cachekit._core.health import Diagnosis, Health
 from cachekit._core.methods import ReceiverLeftOutWarning
 from cachekit._core.protocols import (
@@ -53,6 +54,7 @@ __all__ = [
     "Health",
     "JsonSerializer",
     "LookupResult",
+    "MissingExtraError",
     "MsgpackSerializer",
     "PickleSerializer",
     "ReceiverLeftOutWarning",

@@ -18,7 +18,7 @@ from cachekit._core.health import Health
 from cachekit._core.protocols import Clock, Serializer
 from cachekit._core.types import CacheKey, Found, LookupResult, Status
 from cachekit._engine.engine import Engine
-from cachekit._engine.telemetry import CacheStats
+from cachekit._engine.telemetry import CacheStats, PrometheusCollector
 from cachekit.exact.decorator import CachedFunction, make_cached
 from cachekit.features import FeatureSet
 from cachekit.semantic.arbiter import cache_labels, report_feedback
@@ -389,6 +389,11 @@ class Cache:
 
     def stats(self) -> CacheStats:
         return self._engine.stats()
+
+    def prometheus_collector(self, prefix: str = "cachekit") -> PrometheusCollector:
+        """A Prometheus collector of this cache's counters, read at scrape time; register it
+        with :func:`~cachekit.register_prometheus` (which builds it with this method)."""
+        return PrometheusCollector(self, self._engine.telemetry, prefix)
 
     def record(self, status: Status) -> None:
         """Count one lookup's outcome in :meth:`stats`: a hit or a semantic hit as such,

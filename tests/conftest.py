@@ -3,7 +3,7 @@ with a reason when the binaries or redis-py are missing; see tests/redis_servers
 
 This module imports only what a base install has (the standard library, pytest and cachekit's
 own dependencies): the suite's exact-tier tests run without any extra (tests/base_install.txt
-lists them). The proxy's fixtures import FastAPI and openai inside their bodies for that reason.
+lists them). The proxy's fixtures import Starlette and openai inside their bodies for that reason.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def closing() -> Iterator[Callable[[Any], Any]]:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
     """A fake OpenAI-compatible upstream over real HTTP, one per test module (a module may
-    define its own: test_proxy_poison does). Imported here, not at the top: FastAPI is an extra."""
+    define its own: test_proxy_poison does). Imported here, not at the top: Starlette is an
+    extra."""
     from cachekit.testing.upstream import FakeUpstream, serving
 
     with serving(FakeUpstream()) as fake:

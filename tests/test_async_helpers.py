@@ -35,7 +35,7 @@ def _cached(cache: Cache, kind: str, calls: list[int]) -> Any:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_cached_functions_have_the_asyncio_helpers(kind: str) -> None:
-    cache, calls = Cache(), []
+    cache, calls = Cache(), list[int]()
     fn = _cached(cache, kind, calls)
     assert inspect.iscoroutinefunction(fn.lookup) is (kind == "async")
 

@@ -103,7 +103,7 @@ def test_a_given_embedder_needs_no_embedding_library() -> None:
     ("blocked", "argv", "extra"),
     [
         ("uvicorn", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
-        ("fastapi", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
+        ("starlette", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("httpx", ["serve", "--upstream", "http://127.0.0.1:1"], "proxy"),
         ("rich", ["replay", "log.jsonl"], "replay"),
         ("matplotlib", ["replay", "log.jsonl", "--html", "r.html"], "replay"),

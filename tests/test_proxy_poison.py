@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from cachekit.llm import completion_chunks, response_events, sse_event
 from cachekit.testing.clock import wait_until

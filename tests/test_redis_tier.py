@@ -542,7 +542,7 @@ def test_large_batches_write_every_ttl_kind(
         assert 0 < admin.pttl(f"{mode}:ttl3") <= 60_000 and admin.pttl(f"{mode}:forever") == -1
         assert admin.pttl(f"{mode}:tiny") != -1  # a tiny TTL is still a TTL
         if mode == "sync":  # the script was tried, and written through when allowed
-            assert sent[0] == "EVAL"
+            assert sent[0] == "EVALSHA"
     finally:
         tier.close()
         admin.close()

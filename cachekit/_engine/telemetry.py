@@ -257,8 +257,9 @@ class PrometheusCollector:
     """A ``prometheus_client`` collector that reads a cache's telemetry at scrape time, so the
     hit path pays nothing for it. Register with :func:`register_prometheus`."""
 
-    def __init__(self, cache: Cache, prefix: str = "cachekit") -> None:
+    def __init__(self, cache: Cache, telemetry: Telemetry, prefix: str = "cachekit") -> None:
         self.cache = cache
+        self.telemetry = telemetry
         self.prefix = prefix
 
     def describe(self) -> list[Any]:
@@ -272,7 +273,7 @@ class PrometheusCollector:
         )
 
         p = self.prefix
-        tel = self.cache.engine.telemetry
+        tel = self.telemetry
         snap = self.cache.stats()
         ns = tel.namespace
         for what in ("hits", "misses", "errors", "skipped"):
@@ -363,7 +364,7 @@ def register_prometheus(cache: Cache, registry: Any = None, prefix: str = "cache
                 "cache its own namespace (Cache(namespace=...)) or prefix, or "
                 "unregister_prometheus() the first"
             )
-        collector = PrometheusCollector(cache, prefix)
+        collector = cache.prometheus_collector(prefix)
         registry.register(collector)
         known[key] = collector
     return collector

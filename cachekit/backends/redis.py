@@ -16,7 +16,8 @@ import asyncio
 import logging
 import math
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
 from cachekit._core.protocols import Entry
+from cachekit._core.sansio import Core, adrive, drive
 from cachekit.backends.base import SharedTier
 
 if TYPE_CHECKING:
@@ -58,11 +60,11 @@ def hash_tag(s: str) -> str:
     return "{" + s + "}"
 
 
-#: Batches at least this large are written by one EVAL of :data:`_SET_MANY_LUA` instead of a
+#: Batches at least this large are written by one call of :data:`_SET_MANY_LUA` instead of a
 #: pipeline of SETs: redis-py spends ~10 us of Python per pipelined command, more than a feature
 #: set's whole per-entry budget; one command with all arguments is packed once, in C.
 _SCRIPT_MIN = 8
-#: Entries per EVAL: one script call blocks the server while it runs.
+#: Entries per script call: one script call blocks the server while it runs.
 _SCRIPT_CHUNK = 1000
 # ARGV holds (value, px) per key: px > 0 sets with that expiry, -1 without one, 0 deletes (an
 # already-expired entry must not be readable, including an older value).
@@ -77,19 +79,16 @@ return #KEYS
 """
 
 
-def _script_calls(entries: Sequence[Entry]) -> list[list[Any]]:
-    """The EVAL commands (argument lists) that write ``entries``, in chunks."""
-    calls = []
+def _script_chunks(entries: Sequence[Entry]) -> Iterator[tuple[list[Any], list[Any]]]:
+    """The (KEYS, ARGV) of the :data:`_SET_MANY_LUA` calls that write ``entries``, in chunks."""
     for start in range(0, len(entries), _SCRIPT_CHUNK):
-        chunk = entries[start : start + _SCRIPT_CHUNK]
         keys: list[Any] = []
         argv: list[Any] = []
-        for key, value, ttl in chunk:
+        for key, value, ttl in entries[start : start + _SCRIPT_CHUNK]:
             keys.append(key)
             argv.append(value)
             argv.append(-1 if ttl is None else _px(ttl) if ttl > 0 else 0)
-        calls.append(["EVAL", _SET_MANY_LUA, len(keys), *keys, *argv])
-    return calls
+        yield keys, argv
 
 
 def _refused(exc: Exception) -> bool:
@@ -157,11 +156,14 @@ class RedisTier(SharedTier):
         self._client_kwargs = dict(client_kwargs)
         self._lock = threading.Lock()
         self._sync: Any = None
-        # loop -> (asyncio client, generator that closes it when the loop shuts down)
-        self._async: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
+        # loop -> (asyncio client, generator that closes it when the loop shuts down, its ops)
+        self._async: dict[asyncio.AbstractEventLoop, tuple[Any, Any, dict[str, Any]]] = {}
         self._shared_async: Any = None
         self._owns_sync = True
-        self._scripts = True  # cleared when the server refuses EVAL: see _no_scripts
+        self._scripts = True  # cleared when the server refuses scripts: see _set_many
+        # What cores run on (_ops_of): the sync client's, filled at first use; the loop's client's.
+        self._ops = _Ops(self._sync_op)
+        self._aops = _Ops(self._loop_op)
 
         if client is not None:
             if url is not None:
@@ -174,6 +176,7 @@ class RedisTier(SharedTier):
                 raise ValueError(f"cluster={cluster} contradicts the client passed in")
             if isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
                 self._shared_async = client
+                self._aops.update(self._ops_of(client))  # for good: _loop_op is not consulted
             else:
                 self._sync = client
             self._owns_sync = False
@@ -260,18 +263,12 @@ class RedisTier(SharedTier):
         short by the pool's short timeout. The caller closes it."""
         if not self._url:
             raise RuntimeError("a RedisTier built on a passed-in client cannot open connections")
-        no_retry = redis.retry.Retry(NoBackoff(), 0)
-        kwargs = self._common_kwargs()
         # Nothing waits on this connection's setup (it serves background readers), so a loaded
         # machine's slow connect must not count as a dead server.
-        kwargs.update(
-            socket_timeout=socket_timeout,
-            max_connections=2,
-            socket_connect_timeout=max(self.connect_timeout, socket_timeout),
+        kw = {"socket_timeout": socket_timeout, "max_connections": 2}
+        return self._new_sync(
+            **kw, socket_connect_timeout=max(self.connect_timeout, socket_timeout)
         )
-        if self._is_cluster:
-            return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
-        return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
 
     # -- clients -------------------------------------------------------------------------
 
@@ -290,23 +287,19 @@ class RedisTier(SharedTier):
         kwargs.update(self._client_kwargs)
         return kwargs
 
-    def _new_sync(self) -> Any:
+    def _new_sync(self, **overrides: Any) -> Any:
         # redis-py 8 defaults to Retry(ExponentialWithJitterBackoff, 10) on both the standalone
         # client and the cluster client; zero retries keep a dead server at one timeout.
         no_retry = redis.retry.Retry(NoBackoff(), 0)
-        kwargs = self._common_kwargs()
-        if self._is_cluster:
-            return redis.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
-        return redis.Redis.from_url(self._url, retry=no_retry, **kwargs)
+        cls: Any = redis.cluster.RedisCluster if self._is_cluster else redis.Redis
+        return cls.from_url(self._url, retry=no_retry, **{**self._common_kwargs(), **overrides})
 
     def _new_async(self) -> Any:
         # The asyncio clients take their own Retry class; the sync one would not type-check
         # and is not awaited correctly.
         no_retry = redis.asyncio.retry.Retry(NoBackoff(), 0)
-        kwargs = self._common_kwargs()
-        if self._is_cluster:
-            return redis.asyncio.cluster.RedisCluster.from_url(self._url, retry=no_retry, **kwargs)
-        return redis.asyncio.Redis.from_url(self._url, retry=no_retry, **kwargs)
+        cls: Any = redis.asyncio.cluster.RedisCluster if self._is_cluster else redis.asyncio.Redis
+        return cls.from_url(self._url, retry=no_retry, **self._common_kwargs())
 
     @property
     def client(self) -> Any:
@@ -342,7 +335,7 @@ class RedisTier(SharedTier):
             if entry is None:
                 client = self._new_async()
                 started = _close_at_loop_shutdown(client)
-                entry = self._async[loop] = (client, started)
+                entry = self._async[loop] = (client, started, self._ops_of(client))
         if started is not None:
             # The first step registers the generator with the running loop, whose
             # shutdown_asyncgens() (run by asyncio.run / asyncio.Runner before closing the loop)
@@ -354,51 +347,97 @@ class RedisTier(SharedTier):
         for dead in [lp for lp in self._async if lp.is_closed()]:
             del self._async[dead]
 
-    # -- StorageTier ---------------------------------------------------------------------
+    # -- the rules, once: cores (cachekit._core.sansio) that yield what they need of a client
+    # by its name in _ops_of's table, driven over a sync or the running loop's asyncio client's.
 
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    def _get_many(self, keys: Sequence[str]) -> Core[list[bytes | None]]:
         if not keys:
             return []
-        c = self.client
-        if self._is_cluster:
-            # Keys may span slots: redis-py groups them per slot and pipelines one MGET per
-            # slot, so each node is visited once.
-            return list(c.mget_nonatomic(list(keys)))
-        return list(c.mget(list(keys)))
+        # On a cluster "mget" is mget_nonatomic: one MGET per slot, pipelined per node.
+        return list((yield ("mget", (list(keys),))))
 
-    def set_many(self, entries: Sequence[Entry]) -> None:
+    def _set_many(self, entries: Sequence[Entry]) -> Core[None]:
         if not entries:
             return
-        if self._scripted(entries):
+        # Not on a cluster: one script's keys must share a slot, and batches do not.
+        if self._scripts and not self._is_cluster and len(entries) >= _SCRIPT_MIN:
             try:
-                for call in _script_calls(entries):
-                    self.client.execute_command(*call)
+                for keys, argv in _script_chunks(entries):
+                    yield ("set_script", (keys, argv))
                 return
             except redis.exceptions.ResponseError as exc:
                 if not _refused(exc):
                     raise
-                self._no_scripts()  # and write them the plain way
-        pipe = self.client.pipeline() if self._is_cluster else self.client.pipeline(False)
-        _queue_sets(pipe, entries)
-        pipe.execute()
+                # A server that refuses scripts (an ACL without @scripting, say) gets pipelines
+                # from now on, and this batch too.
+                self._scripts = False
+        yield ("set_pipelined", (entries,))
 
-    def _scripted(self, entries: Sequence[Entry]) -> bool:
-        # Not on a cluster: one script's keys must share a slot, and batches do not.
-        return self._scripts and not self._is_cluster and len(entries) >= _SCRIPT_MIN
-
-    def _no_scripts(self) -> None:
-        """A server that refuses EVAL (an ACL without @scripting, say) gets pipelines from now
-        on, and this batch too."""
-        self._scripts = False
-
-    def delete_many(self, keys: Sequence[str]) -> int:
+    def _delete_many(self, keys: Sequence[str]) -> Core[int]:
         if not keys:
             return 0
         # On a cluster, redis-py's delete() splits the keys by slot and sums the replies.
-        return int(self.client.delete(*keys))
+        return int((yield ("delete", tuple(keys))))
+
+    def _incr(self, key: str) -> Core[int]:
+        return int((yield ("incr", (key,))))
+
+    def _incr_from(self, key: str, floor: int, epoch: int, exhausted: int) -> Core[int]:
+        return int((yield ("incr_from", ([key], (int(floor), int(epoch), int(exhausted))))))
+
+    def _raise_counter(self, key: str, floor: int) -> Core[int]:
+        return int((yield ("raise_counter", ([key], (int(floor),)))))
+
+    def _publish(self, channel: str, payload: bytes) -> Core[None]:
+        yield ("publish", (channel, payload))
+
+    def _ping(self) -> Core[bool]:
+        return bool((yield ("ping", ())))
+
+    def _ops_of(self, c: Any) -> dict[str, Callable[..., Any]]:
+        """The operations the cores yield, on a sync or asyncio client ``c`` (same method names;
+        a script registered on an asyncio client is an AsyncScript). Scripts go as EVALSHA;
+        redis-py loads one the server lacks (NOSCRIPT: after a restart or SCRIPT FLUSH)."""
+        return {
+            "mget": c.mget_nonatomic if self._is_cluster else c.mget,
+            "set_script": c.register_script(_SET_MANY_LUA),
+            "set_pipelined": partial(_write_pipelined, c, self._is_cluster),
+            "delete": c.delete,
+            "incr": c.incr,
+            "incr_from": c.register_script(_INCR_FROM),
+            "raise_counter": c.register_script(_RAISE),
+            "publish": c.publish,
+            "ping": c.ping,
+        }
+
+    def _sync_op(self, name: str) -> Callable[..., Any]:
+        ops = self._ops_of(self.client)
+        self._ops.update(ops)  # kept until close() drops the client
+        return ops[name]
+
+    def _loop_op(self, name: str) -> Callable[..., Any]:
+        entry = self._async.get(asyncio.get_running_loop())
+        if entry is None:  # the loop's first call: make its client, then call
+            return partial(self._first_op, name)
+        return entry[2][name]
+
+    async def _first_op(self, name: str, *args: Any) -> Any:
+        await self.aclient()
+        return await self._loop_op(name)(*args)
+
+    # -- StorageTier ---------------------------------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return drive(self._get_many(keys), self._ops)
+
+    def set_many(self, entries: Sequence[Entry]) -> None:
+        drive(self._set_many(entries), self._ops)
+
+    def delete_many(self, keys: Sequence[str]) -> int:
+        return drive(self._delete_many(keys), self._ops)
 
     def incr(self, key: str) -> int:
-        return int(self.client.incr(key))
+        return drive(self._incr(key), self._ops)
 
     def incr_from(self, key: str, floor: int, epoch: int = 0, exhausted: int = 2**52) -> int:
         """Atomically raise the counter ``key`` to at least ``floor``, then add one, and return
@@ -406,14 +445,13 @@ class RedisTier(SharedTier):
         A malformed value (anything but the digits of an integer below 2**53) restarts at
         ``max(floor + 1, epoch)``, and a new value at or above ``exhausted`` is replaced by
         ``epoch``: the counter only ever holds such digits."""
-        args = (int(floor), int(epoch), int(exhausted))
-        return int(self.client.eval(_INCR_FROM, 1, key, *args))
+        return drive(self._incr_from(key, floor, epoch, exhausted), self._ops)
 
     def raise_counter(self, key: str, floor: int) -> int:
         """Atomically raise the counter ``key`` to at least ``floor`` and return its value:
         re-seeds a lost or malformed counter (see :meth:`incr_from`) without undoing a
         concurrent increment."""
-        return int(self.client.eval(_RAISE, 1, key, int(floor)))
+        return drive(self._raise_counter(key, floor), self._ops)
 
     #: Deletes are published on a channel every process follows (:meth:`follow_invalidations`).
     publishes_invalidations = True
@@ -421,7 +459,7 @@ class RedisTier(SharedTier):
     def publish_invalidation(self, channel: str, payload: bytes) -> None:
         """Publish ``payload`` on ``channel``: the keys one process deleted, for every follower
         to drop from its in-process tier."""
-        self.client.publish(channel, payload)
+        drive(self._publish(channel, payload), self._ops)
 
     def follow_invalidations(
         self,
@@ -442,13 +480,14 @@ class RedisTier(SharedTier):
         return follower.stop
 
     def ping(self) -> bool:
-        return bool(self.client.ping())
+        return drive(self._ping(), self._ops)
 
     def close(self) -> None:
         """Close the sync client's connections (a later call reconnects). asyncio clients
         belong to their loops: close them with :meth:`aclose` from inside the loop."""
         with self._lock:
             c, self._sync = (self._sync, None) if self._owns_sync else (None, self._sync)
+            self._ops.clear()  # refilled from the next client
             self._drop_closed_loops()
         if c is not None:
             c.close()
@@ -456,55 +495,28 @@ class RedisTier(SharedTier):
     # -- AsyncStorageTier ----------------------------------------------------------------
 
     async def aget_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        if not keys:
-            return []
-        c = await self.aclient()
-        if self._is_cluster:
-            return list(await c.mget_nonatomic(list(keys)))
-        return list(await c.mget(list(keys)))
+        return await adrive(self._get_many(keys), self._aops)
 
     async def aset_many(self, entries: Sequence[Entry]) -> None:
-        if not entries:
-            return
-        c = await self.aclient()
-        if self._scripted(entries):
-            try:
-                for call in _script_calls(entries):
-                    await c.execute_command(*call)
-                return
-            except redis.exceptions.ResponseError as exc:
-                if not _refused(exc):
-                    raise
-                self._no_scripts()
-        pipe = c.pipeline() if self._is_cluster else c.pipeline(transaction=False)
-        _queue_sets(pipe, entries)
-        await pipe.execute()
+        await adrive(self._set_many(entries), self._aops)
 
     async def adelete_many(self, keys: Sequence[str]) -> int:
-        if not keys:
-            return 0
-        c = await self.aclient()
-        return int(await c.delete(*keys))
+        return await adrive(self._delete_many(keys), self._aops)
 
     async def aincr(self, key: str) -> int:
-        c = await self.aclient()
-        return int(await c.incr(key))
+        return await adrive(self._incr(key), self._aops)
 
     async def aincr_from(self, key: str, floor: int, epoch: int = 0, exhausted: int = 2**52) -> int:
-        c = await self.aclient()
-        return int(await c.eval(_INCR_FROM, 1, key, int(floor), int(epoch), int(exhausted)))
+        return await adrive(self._incr_from(key, floor, epoch, exhausted), self._aops)
 
     async def araise_counter(self, key: str, floor: int) -> int:
-        c = await self.aclient()
-        return int(await c.eval(_RAISE, 1, key, int(floor)))
+        return await adrive(self._raise_counter(key, floor), self._aops)
 
     async def apublish_invalidation(self, channel: str, payload: bytes) -> None:
-        c = await self.aclient()
-        await c.publish(channel, payload)
+        await adrive(self._publish(channel, payload), self._aops)
 
     async def aping(self) -> bool:
-        c = await self.aclient()
-        return bool(await c.ping())
+        return await adrive(self._ping(), self._aops)
 
     async def aclose(self) -> None:
         """Close the running loop's asyncio client (a later call reconnects)."""
@@ -515,6 +527,18 @@ class RedisTier(SharedTier):
             entry = self._async.pop(loop, None)
         if entry is not None:
             await entry[1].aclose()  # runs the generator's finally: closes the client
+
+
+class _Ops(dict[str, Callable[..., Any]]):
+    """An operations table for :func:`~cachekit._core.sansio.drive` that ``lookup(name)`` answers
+    for each name it does not hold: a call with nothing to do touches no client."""
+
+    def __init__(self, lookup: Callable[[str], Callable[..., Any]]) -> None:
+        super().__init__()
+        self._lookup = lookup
+
+    def __missing__(self, name: str) -> Callable[..., Any]:
+        return self._lookup(name)
 
 
 #: A namespace version counter as the scripts below read it: the decimal digits of an integer
@@ -530,9 +554,7 @@ local function counter(raw)
 end
 """
 
-_RAISE = (
-    _COUNTER
-    + """
+_RAISE = f"""{_COUNTER}
 local cur = counter(redis.call('GET', KEYS[1]))
 local floor = tonumber(ARGV[1])
 if not cur or cur < floor then
@@ -541,13 +563,10 @@ if not cur or cur < floor then
 end
 return cur
 """
-)
 
 # ARGV: the caller's version (a lost key restarts above it), a fresh epoch (where a malformed
 # value, or a counter at ARGV[3], restarts), and the exhaustion threshold.
-_INCR_FROM = (
-    _COUNTER
-    + """
+_INCR_FROM = f"""{_COUNTER}
 local cur = counter(redis.call('GET', KEYS[1]))
 local floor = tonumber(ARGV[1])
 local epoch = tonumber(ARGV[2] or ARGV[1] + 1)
@@ -563,7 +582,6 @@ if new >= exhausted then new = epoch end
 redis.call('SET', KEYS[1], string.format('%.0f', new))
 return new
 """
-)
 
 #: Seconds one wait for a pub/sub message lasts: how long a follower takes to see stop().
 _FOLLOW_POLL_S = 1.0
@@ -654,9 +672,10 @@ async def _close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
         await client.aclose()
 
 
-def _queue_sets(pipe: Any, entries: Sequence[Entry]) -> None:
-    """Queue one command per entry on a non-transactional pipeline (sync or asyncio: queueing
-    is synchronous on both)."""
+def _write_pipelined(c: Any, cluster: bool, entries: Sequence[Entry]) -> Any:
+    """Write ``entries`` with one command each on a non-transactional pipeline of client ``c``
+    (queueing is synchronous on both kinds of client; ``execute`` an awaitable on asyncio's)."""
+    pipe = c.pipeline() if cluster else c.pipeline(transaction=False)
     for key, value, ttl in entries:
         if ttl is None:
             pipe.set(key, value)
@@ -665,6 +684,7 @@ def _queue_sets(pipe: Any, entries: Sequence[Entry]) -> None:
         else:
             # An already-expired entry must not be readable, including an older value.
             pipe.delete(key)
+    return pipe.execute()
 
 
 def _redact(url: str) -> str:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis.exceptions
 
 from cachekit._core.serialization import DEFAULT_MAX_BYTES
 from cachekit._core.types import EntryStats
@@ -292,6 +293,7 @@ class RedisSemanticStore(SemanticStore):
         self._reader: Any = None
         self._reader_lock = threading.Lock()
         self._closed = False
+        self._stats_script: Any = None  # _ADD_STATS_LUA, registered at its first use
 
     def entry_key(self, id_: int) -> str:
         return f"{self._entry_prefix}{id_}"
@@ -391,18 +393,38 @@ class RedisSemanticStore(SemanticStore):
     def add_stats(self, changes: Sequence[StatsChange], origin: bytes | None) -> None:
         """Add ``changes`` to the entries' records (atomically per entry); announce them with
         one ``stats`` message unless ``origin`` is None (served counts travel unannounced)."""
+        if self._stats_script is None:
+            self._stats_script = self.client.register_script(_ADD_STATS_LUA)
+        script = self._stats_script
         for start in range(0, len(changes), PIPELINE_CHUNK):
             chunk = changes[start : start + PIPELINE_CHUNK]
-            # A cluster pipeline refuses scripts: there, one EVAL per entry.
-            target = self.client if self.cluster else self._pipeline()
-            for c in chunk:
-                sim = "" if c.refuted_at is None else repr(float(c.refuted_at))
-                args = (c.served, c.confirmed, c.refuted, c.reported_wrong, sim)
-                target.eval(_ADD_STATS_LUA, 1, self.entry_key(c.id), *args)
-            if not self.cluster:
-                target.execute()
+            calls = [(self.entry_key(c.id), *_stats_args(c)) for c in chunk]
+            if self.cluster:  # a cluster pipeline refuses scripts: there, one call per entry
+                for key, *args in calls:
+                    script([key], args, client=self.client)
+            else:
+                self._evalsha_pipelined(script, calls)
             if origin is not None:
                 self._announce("stats", (c.id for c in chunk), origin)
+
+    def _evalsha_pipelined(self, script: Any, calls: Sequence[tuple[Any, ...]]) -> None:
+        """Run ``script`` once per ``(key, *args)`` of ``calls`` in one pipeline of EVALSHAs
+        (not redis-py's pipelined scripts: they cost a SCRIPT EXISTS round trip each time). A
+        server without the script (restarted, SCRIPT FLUSH) gets it, and the calls it refused
+        are sent again: they did not run."""
+        for attempt in (0, 1):
+            pipe = self._pipeline()
+            for key, *args in calls:
+                pipe.evalsha(script.sha, 1, key, *args)
+            results = pipe.execute(raise_on_error=False)
+            missing = [c for c, r in zip(calls, results, strict=True) if _noscript(r)]
+            for r in results:
+                if isinstance(r, Exception) and (attempt or not _noscript(r)):
+                    raise r
+            if not missing:
+                return
+            script.sha = self.client.script_load(script.script)
+            calls = missing
 
     def push_labels(self, records: Sequence[str], cap: int) -> None:
         """Add ``records`` (JSON labels) to the front of the labels list and trim it to the
@@ -589,6 +611,17 @@ def _to_hash(e: StoredEntry) -> dict[str, Any]:
         "v": str(e.version),
         "emb": e.embedder,
     }
+
+
+def _stats_args(c: StatsChange) -> tuple[Any, ...]:
+    """The ARGV of :data:`_ADD_STATS_LUA` for ``c``."""
+    sim = "" if c.refuted_at is None else repr(float(c.refuted_at))
+    return (c.served, c.confirmed, c.refuted, c.reported_wrong, sim)
+
+
+def _noscript(reply: Any) -> bool:
+    """Whether a pipelined script call failed because the server does not have the script."""
+    return isinstance(reply, redis.exceptions.NoScriptError)
 
 
 def _count(raw: bytes | None, name: str) -> int:

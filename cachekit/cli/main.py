@@ -193,7 +193,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 #: What each command imports, by extra: checked before it starts, so a missing one is named
 #: with its install command instead of ending in a traceback.
-SERVE_NEEDS = (("uvicorn", "proxy"), ("fastapi", "proxy"), ("httpx", "proxy"))
+SERVE_NEEDS = (("uvicorn", "proxy"), ("starlette", "proxy"), ("httpx", "proxy"))
 REPLAY_NEEDS = (("rich", "replay"), ("numpy", "semantic"), ("faiss", "semantic"))
 
 

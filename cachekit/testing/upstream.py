@@ -42,8 +42,10 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 __all__ = ["FakeUpstream", "UpstreamServer"]
 
@@ -442,31 +444,25 @@ class FakeUpstream:
             await asyncio.sleep(0)
 
     def _build(self) -> Any:
-        app = FastAPI()
 
-        @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
             body, _ = await self._record(request)
             return await self._generate(body, chat=True)
 
-        @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
             body, _ = await self._record(request)
             return await self._generate(body, chat=False)
 
-        @app.post("/v1/responses")
         async def responses(request: Request) -> Response:
             body, _ = await self._record(request)
             return await self._respond(body)
 
-        @app.post("/v1/embeddings")
         async def embeddings(request: Request) -> Response:
             body, _ = await self._record(request)
             if body.get("model") == "fake-error":
                 return _error(500, "the fake upstream failed on purpose")
             return JSONResponse(self._embeddings(body))
 
-        @app.get("/v1/models")
         async def models(request: Request) -> Response:
             await self._record(request)
             return JSONResponse(
@@ -483,7 +479,6 @@ class FakeUpstream:
                 }
             )
 
-        @app.api_route("/v1/echo/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
         async def echo(request: Request) -> Response:
             _, raw = await self._record(request)
             status = int(request.query_params.get("status", "200"))
@@ -499,7 +494,6 @@ class FakeUpstream:
                 headers={"x-upstream": "fake"},
             )
 
-        @app.get("/v1/stream-echo")
         async def stream_echo(request: Request) -> Response:
             await self._record(request)
             n = int(request.query_params.get("n", "3"))
@@ -511,8 +505,23 @@ class FakeUpstream:
 
             return StreamingResponse(lines(), media_type="text/plain")
 
-        return app
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", chat, methods=["POST"]),
+                Route("/v1/completions", completions, methods=["POST"]),
+                Route("/v1/responses", responses, methods=["POST"]),
+                Route("/v1/embeddings", embeddings, methods=["POST"]),
+                Route("/v1/models", models, methods=["GET"]),
+                Route(
+                    "/v1/echo/{rest:path}", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
+                ),
+                Route("/v1/stream-echo", stream_echo, methods=["GET"]),
+            ]
+        )
 
+
+#: The methods the echo route answers.
+ECHO_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 FakeUpstreamT = TypeVar("FakeUpstreamT", bound=FakeUpstream)
 
