@@ -62,8 +62,7 @@ def _user_loader(ids: list[int]) -> dict[int, dict[str, int]]:
 
 def base() -> None:
     import cachekit
-    from cachekit import Cache, Status
-    from cachekit import MissingExtraError
+    from cachekit import Cache, MissingExtraError, Status
 
     where = Path(cachekit.__file__).resolve()
     check("site-packages" in where.parts, f"cachekit imported from the install ({where})")
