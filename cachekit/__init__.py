@@ -10,6 +10,7 @@ that needs them is used. Everything a user imports is named here or in a public 
 from cachekit._core import moved
 from cachekit._core.extras import MissingExtraError
 from cachekit._core.health import Diagnosis, Health
+from cachekit._core.keys import UnkeyableArgument
 from cachekit._core.methods import ReceiverLeftOutWarning
 from cachekit._core.protocols import (
     AsyncStorageTier,
@@ -65,6 +66,7 @@ __all__ = [
     "StatsLogger",
     "Status",
     "StorageTier",
+    "UnkeyableArgument",
     "VectorIndex",
     "__version__",
     "register_prometheus",
