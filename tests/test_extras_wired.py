@@ -99,6 +99,12 @@ def test_a_given_embedder_needs_no_embedding_library() -> None:
     assert got == {"error": None}
 
 
+def test_semantic_caching_needs_no_redis() -> None:
+    # The semantic tier's Redis sharing loads redis-py only when a Redis store is used.
+    got = run_child(("redis", "hiredis"), SEMANTIC_TEST_EMBEDDER)
+    assert got == {"error": None}
+
+
 @pytest.mark.parametrize(
     ("blocked", "argv", "extra"),
     [

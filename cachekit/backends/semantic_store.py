@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import redis.exceptions
 
 from cachekit._core.serialization import DEFAULT_MAX_BYTES
 from cachekit._core.types import EntryStats
@@ -620,8 +619,11 @@ def _stats_args(c: StatsChange) -> tuple[Any, ...]:
 
 
 def _noscript(reply: Any) -> bool:
-    """Whether a pipelined script call failed because the server does not have the script."""
-    return isinstance(reply, redis.exceptions.NoScriptError)
+    """Whether a pipelined script call failed because the server does not have the script
+    (redis-py is imported here: this module loads without the ``redis`` extra)."""
+    from redis.exceptions import NoScriptError
+
+    return isinstance(reply, NoScriptError)
 
 
 def _count(raw: bytes | None, name: str) -> int:
