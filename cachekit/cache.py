@@ -1,9 +1,9 @@
 """The front: :class:`Cache`, what users import.
 
 It builds the shared tier and the :class:`~cachekit._engine.engine.Engine` (which holds every
-caching
-policy) and hands the engine to the entry points: ``cached`` (:mod:`cachekit.exact.decorator`),
-``semantic`` (:mod:`cachekit.semantic.decorator`) and ``features`` (:mod:`cachekit.features`).
+caching policy) and hands the engine to the entry points: ``cached``
+(:mod:`cachekit.exact.decorator`), ``semantic`` (:mod:`cachekit.semantic.decorator`) and
+``features`` (:mod:`cachekit.features`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ class Cache:
 
     ``Cache()`` is the embedded default (L1 only). With ``redis_url`` (or ``redis_cluster_url``,
     or any :class:`~cachekit._core.protocols.StorageTier` as ``l2``) entries are shared by every
-    process
-    using the same namespace. ``l1=False`` makes every read go to L2, so every reader sees the
-    shared value at once.
+    process using the same namespace. ``l1=False`` makes every read go to L2, so every reader sees
+    the shared value at once.
     """
 
     def __init__(
@@ -423,8 +422,7 @@ class Cache:
     def health(self, *, check: bool = False) -> Health:
         """The shared tier's state: configured, reachable, last error (cause and fix) and circuit
         breaker state; see :class:`cachekit._core.health.Health`. ``check=True`` reads from the
-        shared
-        tier first (bounded by its timeouts), e.g. for a readiness probe."""
+        shared tier first (bounded by its timeouts), e.g. for a readiness probe."""
         return self._engine.check_shared_tier() if check else self._engine.health()
 
     def refreshing(self) -> bool:

@@ -2,8 +2,7 @@
 
 One process, one :class:`~cachekit.semantic.embed.onnx_runner.OnnxRunner` code path, two sessions:
 the graph :func:`~cachekit.semantic.embed.bert_graph.build_bert_graph` builds from the model
-folder's
-safetensors, and an ONNX file (``--against``: an exporter's output, e.g. the
+folder's safetensors, and an ONNX file (``--against``: an exporter's output, e.g. the
 ``onnx/model_fused.onnx`` that cachekit 0.1.0 before the torch-free build exported with
 optimum and fused with onnxruntime's transformer optimizer). Per round, every text is embedded
 once by each, alternating which goes first; printed: p50 per call of each and their ratio,

@@ -275,8 +275,7 @@ class Engine:
     def l2_call(self, op: Callable[..., T], *args: Any) -> T:
         """Call ``op(*args)`` against the shared tier: timed, counted and behind the circuit
         breaker. An error or an open circuit returns :data:`~cachekit._core.types.FAILED` (a miss
-        for
-        the caller), never an exception (:meth:`GuardedTier.call
+        for the caller), never an exception (:meth:`GuardedTier.call
         <cachekit._engine.guard.GuardedTier.call>`)."""
         assert self.guard is not None, "l2_call needs a shared tier"
         return self.guard.call(op, *args)
@@ -631,8 +630,7 @@ class Engine:
     def refresh_in_background(self, token: Hashable, work: Callable[[], Any]) -> bool:
         """Run ``work`` once in a worker thread unless a refresh of ``token`` is under way (see
         :class:`~cachekit._engine.background.BackgroundRefresh`). A failure is logged and counted;
-        the
-        old value stays."""
+        the old value stays."""
         return self.refresh.start(token, work)
 
     def arefresh_in_background(self, token: Hashable, work: Callable[[], Awaitable[Any]]) -> bool:

@@ -2,12 +2,10 @@
 
 :class:`GuardedTier` is how the engine talks to a :class:`~cachekit.backends.base.SharedTier`.
 An error or an open circuit costs :data:`~cachekit._core.types.FAILED` (a miss for the caller),
-never
-an exception; the tier's health (reachable, the last failure's diagnosis, the breaker's state) is
-kept from those calls and from an explicit check. It also answers the engine's sans-IO cores
+never an exception; the tier's health (reachable, the last failure's diagnosis, the breaker's state)
+is kept from those calls and from an explicit check. It also answers the engine's sans-IO cores
 (:func:`cachekit._core.sansio.drive`): each operation a core yields is the tier's method of that
-name,
-looked up when called (so instrumentation can wrap it), and guarded: :attr:`GuardedTier.ops`.
+name, looked up when called (so instrumentation can wrap it), and guarded: :attr:`GuardedTier.ops`.
 """
 
 from __future__ import annotations
@@ -66,8 +64,8 @@ class GuardedTier:
         self._last_error: Diagnosis | None = None
         self._checker: threading.Thread | None = None
         #: The operations a sans-IO core may yield, by name, for
-        #: :func:`cachekit._core.sansio.drive`:
-        #: the tier's method of that name, guarded by :meth:`call`.
+        #: :func:`cachekit._core.sansio.drive`: the tier's method of that name, guarded by
+        #: :meth:`call`.
         self.ops = {name: self._guarded(m) for name, m in _SYNC_OPS.items()}
         #: The same for :func:`cachekit._core.sansio.adrive`: the ``a`` form, guarded by
         #: :meth:`acall`.

@@ -3,8 +3,7 @@
 :class:`L1` is the engine's view of its :class:`~cachekit.backends.memory.MemoryStore`: entries are
 :class:`~cachekit._core.types.Envelope` values, a mutable value is held as a
 :class:`~cachekit._core.serialization.Packed` copy so no caller can change what later callers get,
-and
-what L1 hands out goes through :func:`loaded`. Built over ``None`` (a cache with ``l1=False``),
+and what L1 hands out goes through :func:`loaded`. Built over ``None`` (a cache with ``l1=False``),
 every read misses and every write is dropped, so the engine asks no question twice.
 """
 
@@ -35,8 +34,7 @@ def loaded(env: Envelope) -> Envelope:
 
 def merged(lazy: LazyFound) -> list[Found]:
     """A batch lookup's :class:`~cachekit._core.types.LazyFound` as one ``Found`` per entry, each
-    the
-    caller's own (none of them is the shared ``MISSED``)."""
+    the caller's own (none of them is the shared ``MISSED``)."""
     rest = dict(zip(lazy.pending, lazy.found, strict=True))
     return [
         Found(Status.HIT, loaded(env), "l1")

@@ -4,8 +4,7 @@ Every shared-tier key of a namespace carries its version (``{prefix}:{namespace}
 :meth:`Namespace.invalidate_core` bumps the version in the shared tier, which retires every entry
 at once, and :meth:`Namespace.version_core` re-reads it now and then so that every process
 follows. Both are sans-IO cores (:mod:`cachekit._core.sansio`): they yield the shared-tier
-operations
-they need and the engine drives them, guarded.
+operations they need and the engine drives them, guarded.
 """
 
 from __future__ import annotations

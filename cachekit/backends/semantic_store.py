@@ -15,14 +15,13 @@ as long as Redis keeps this tier's data: a restart or a flush loses it, which te
 its index no longer matches (a reconnecting pool would otherwise hide the restart).
 
 Each entry's hash also carries the entry's shared record
-(:class:`~cachekit.semantic.policy.hit_policy.
-EntryStats`): the counters ``st_n`` (served), ``st_ok`` (confirmed), ``st_bad`` (refuted),
-``st_user`` (reported wrong by users) and ``st_sim`` (the highest similarity at which it was
-refuted). :meth:`RedisSemanticStore.add_stats` changes them atomically (a small Lua script: the
-counters are incremented, ``st_sim`` only ever rises, and nothing is written for an entry that
-is gone) and announces a verdict with a ``stats`` message on the log; served counts are added
-without a message. A store that does not override them (``shares_records`` False) shares no
-records.
+(:class:`~cachekit._core.types.EntryStats`): the counters ``st_n`` (served), ``st_ok``
+(confirmed), ``st_bad`` (refuted), ``st_user`` (reported wrong by users) and ``st_sim`` (the
+highest similarity at which it was refuted). :meth:`RedisSemanticStore.add_stats` changes them
+atomically (a small Lua script: the counters are incremented, ``st_sim`` only ever rises, and
+nothing is written for an entry that is gone) and announces a verdict with a ``stats`` message
+on the log; served counts are added without a message. A store that does not override them
+(``shares_records`` False) shares no records.
 
 Verdicts are also kept as labelled pairs (:class:`~cachekit.semantic.arbiter.Label`, one JSON
 object each) in the capped list ``{base}:labels``, newest first: :meth:`RedisSemanticStore.
@@ -422,7 +421,7 @@ class RedisSemanticStore(SemanticStore):
                     raise r
             if not missing:
                 return
-            script.sha = self.client.script_load(script.script)
+            self.client.script_load(script.script)  # the same sha: the text is the same
             calls = missing
 
     def push_labels(self, records: Sequence[str], cap: int) -> None:

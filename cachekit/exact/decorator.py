@@ -3,9 +3,8 @@
 The wrapper holds no caching policy of its own: it turns a call into a :class:`CacheKey` and
 uses the engine's public interface. A sync wrapper *is* the engine's L1 hit fast path
 (:meth:`~cachekit._engine.engine.Engine.l1_fast_path`), built with this function's key shape,
-because an
-L1 hit must cost about what ``cachetools.cached`` costs and every extra function call on that
-path shows in the ratio.
+because an L1 hit must cost about what ``cachetools.cached`` costs and every extra function call on
+that path shows in the ratio.
 """
 
 from __future__ import annotations

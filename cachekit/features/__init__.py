@@ -4,10 +4,9 @@
 ``get_many(ids)`` answers what it can from L1, then looks the rest up in L2 in one round trip,
 then calls the loader once for what is still missing; every tier, TTL, fail-open and
 serialization rule is the engine's (:meth:`cachekit._engine.engine.Engine.lookup_lazy` and
-friends). What
-this package adds is the translation between entity ids and cache keys, the loader contract,
-negative entries for ids the loader does not know, and sharing of in-flight loads per id between
-overlapping requests.
+friends). What this package adds is the translation between entity ids and cache keys, the loader
+contract, negative entries for ids the loader does not know, and sharing of in-flight loads per id
+between overlapping requests.
 
 Loader contract
 ---------------

@@ -9,7 +9,7 @@ Use it through :meth:`cachekit.Cache.semantic` (see ``docs/semantic.md``). The p
 * :mod:`cachekit.semantic.tier`: :class:`SemanticTier`: entries, expiry, capacity, Redis sharing;
 * :mod:`cachekit._engine.batcher`: :class:`MicroBatcher`: concurrent lookups share one call;
 * :mod:`cachekit.semantic.embed.embedder`, :mod:`cachekit.semantic.index.faiss_index`: the
-mechanisms;
+  mechanisms;
 * :mod:`cachekit.testing.embedders`: a deterministic embedder for tests;
 * :func:`load_embedder` (:mod:`~cachekit.semantic.embed.adapter`): an embedder written by
   ``cachekit tune`` (:mod:`~cachekit.semantic.train.tune`), on top of the packaged model.

@@ -2,10 +2,9 @@
 
 One :class:`HitArbiter` per semantic tier. On a lookup it turns the tier's live neighbours into
 :class:`~cachekit.semantic.policy.hit_policy.Candidate` s (each with its entry's own record), asks
-the policy,
-and remembers what must be checked once the function has run: an exploration, or (for policies
-that learn from every miss) the nearest rejected candidate. When the function's fresh answer
-arrives (:meth:`HitArbiter.computed`) it is compared with the candidate's by the policy's
+the policy, and remembers what must be checked once the function has run: an exploration, or (for
+policies that learn from every miss) the nearest rejected candidate. When the function's fresh
+answer arrives (:meth:`HitArbiter.computed`) it is compared with the candidate's by the policy's
 comparator and the verdict goes back to the policy and into the entry's record. Semantic hits are
 remembered by their result key, so ``cache.feedback(result, correct=False)`` can find the entry
 that answered, demote it and, once users have refuted it ``evict_after`` times, evict it.

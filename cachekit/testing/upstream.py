@@ -50,6 +50,10 @@ from starlette.routing import Route
 __all__ = ["FakeUpstream", "UpstreamServer"]
 
 
+#: The methods the echo route answers.
+ECHO_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
 def _text_of(body: dict[str, Any]) -> str:
     if "messages" in body:
         content = body["messages"][-1].get("content")
@@ -519,9 +523,6 @@ class FakeUpstream:
             ]
         )
 
-
-#: The methods the echo route answers.
-ECHO_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 FakeUpstreamT = TypeVar("FakeUpstreamT", bound=FakeUpstream)
 

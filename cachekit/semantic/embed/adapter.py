@@ -5,9 +5,8 @@ A tune directory holds a low-rank adapter (``adapter_model.safetensors`` with it
 hash of its weights), the operating point chosen on held-back pairs, and the figures measured
 when it was written. :func:`load_embedder` merges the adapter into the base once, keeps the
 merged model under :func:`~cachekit.semantic.embed.embedder.default_cache_dir` (named by the
-adapter's
-hash, so two tunes never share one), and from then on it loads like the base: offline, ONNX
-(fp32 or int8) or torch, the same speed.
+adapter's hash, so two tunes never share one), and from then on it loads like the base: offline,
+ONNX (fp32 or int8) or torch, the same speed.
 
 Its :attr:`~TunedEmbedder.name` is ``<base>+tuned-<hash>:<backend>``: entries it writes never mix
 with the base model's in a shared Redis (the semantic tier ignores entries of another embedder).

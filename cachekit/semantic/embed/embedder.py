@@ -145,8 +145,7 @@ class SentenceTransformerEmbedder:
     written once under ``cache_dir`` (default :func:`default_cache_dir`): faster on CPU, but
     its vectors differ slightly from fp32 (cosine about 0.99), so calibrate the threshold for
     it (``bench/quality/hit_quality.py --quantize int8``); its ``name`` ends in ``-int8`` so its
-    entries
-    never mix with fp32 ones.
+    entries never mix with fp32 ones.
 
     ``num_threads`` sets ONNX Runtime's intra-op pool (default: half the available CPUs, 1 to 4),
     with spinning disabled so idle ORT workers do not steal cores. torch's pool is process-wide

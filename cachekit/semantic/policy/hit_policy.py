@@ -46,9 +46,8 @@ __all__ = [
 #: Cosine similarity above which :class:`ThresholdPolicy` accepts a neighbour by default (a
 #: neighbour whose slots differ from the query's is refused whatever its similarity; see
 #: :mod:`cachekit.semantic.policy.slots`). Chosen with the slot guard on labelled question pairs
-#: (QQP,
-#: all-MiniLM-L6-v2, each query against its own pair): on 12,000 pairs of the training file the
-#: guard lifts precision at equal recall by about 0.03, so the bar comes down from 0.92 to the
+#: (QQP, all-MiniLM-L6-v2, each query against its own pair): on 12,000 pairs of the training file
+#: the guard lifts precision at equal recall by about 0.03, so the bar comes down from 0.92 to the
 #: highest setting that keeps precision >= 0.80 with recall >= 0.40 (guarded 0.90: precision
 #: 0.82, recall 0.42; unguarded 0.92: 0.81 / 0.36). Held-out figures, and those of the other
 #: sets, are in docs/hit-quality.md ("The slot guard").

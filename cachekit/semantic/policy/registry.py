@@ -4,15 +4,13 @@
 Each policy is built from one number, its *setting*, so a sweep applies to every policy alike:
 
 ========================  ==================================================================
-``threshold``             :class:`~cachekit.semantic.policy.hit_policy.ThresholdPolicy`; the
-setting is
-                          the cosine threshold (default ``DEFAULT_THRESHOLD``).
-``verified``              :class:`~cachekit.semantic.policy.verifier.VerifiedPolicy` with the
-shipped
-                          verifier; the setting is the minimum probability of a right hit
-                          (default: the model's operating point).
-``error-bounded``         :class:`~cachekit.semantic.policy.error_bounded.ErrorBoundedPolicy`; the
-                          setting is ``max_error``, the bound on wrong hits per lookup
+``threshold``             :class:`~cachekit.semantic.policy.hit_policy.ThresholdPolicy`;
+                          the setting is the cosine threshold (default ``DEFAULT_THRESHOLD``).
+``verified``              :class:`~cachekit.semantic.policy.verifier.VerifiedPolicy` with
+                          the shipped verifier; the setting is the minimum probability of a
+                          right hit (default: the model's operating point).
+``error-bounded``         :class:`~cachekit.semantic.policy.error_bounded.ErrorBoundedPolicy`;
+                          the setting is ``max_error``, the bound on wrong hits per lookup
                           (default 0.05).
 ========================  ==================================================================
 

@@ -1,6 +1,5 @@
 """The word lists behind the slot guard (:mod:`cachekit.semantic.policy.slots`): units, number
-words,
-months, negations, opposite poles, name cues and function words. Data only, built once at
+words, months, negations, opposite poles, name cues and function words. Data only, built once at
 import."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What the slot guard reads in a text (:func:`text_slots`): its numbers (with units and dates),
 names, identifiers, negations, opposite poles, code spans and the order of its slots in
 directional frames (:mod:`cachekit.semantic.policy.slot_order`), and an estimate of its tokens.
-Pure and
-memoised; the comparison of two texts' slots is :mod:`cachekit.semantic.policy.slots`."""
+Pure and memoised; the comparison of two texts' slots is :mod:`cachekit.semantic.policy.slots`."""
 
 from __future__ import annotations
 

@@ -53,8 +53,7 @@ after the similarity search and before the hit policy:
     matter: "between X and Y", "X and Y", "X or Y", "X vs Y" (a comparison or a fixture, not a
     result), and any clause with "compare", "difference", "distance", "similar", ...
     (:mod:`cachekit.semantic.policy.slot_order`). With no frame word, the same words with two runs
-    of
-    them exchanged around other words are refused too ("is it hard for Dutch speakers to learn
+    of them exchanged around other words are refused too ("is it hard for Dutch speakers to learn
     Chinese" / "... for Chinese speakers to learn Dutch"), unless a joiner stands between them.
 
 Every check is symmetric, pure Python and memoised per text, so a stored entry is parsed once:

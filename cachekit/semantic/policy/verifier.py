@@ -217,8 +217,7 @@ class VerifiedPolicy:
 
 
 #: Labelled pairs are read by :func:`cachekit.semantic.policy.pairs.read_pairs` (one reader for
-#: every
-#: learned part); the old name stays.
+#: every learned part); the old name stays.
 load_pairs = read_pairs
 
 
