@@ -516,9 +516,7 @@ class FakeUpstream:
                 Route("/v1/responses", responses, methods=["POST"]),
                 Route("/v1/embeddings", embeddings, methods=["POST"]),
                 Route("/v1/models", models, methods=["GET"]),
-                Route(
-                    "/v1/echo/{rest:path}", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
-                ),
+                Route("/v1/echo/{rest:path}", echo, methods=ECHO_METHODS),
                 Route("/v1/stream-echo", stream_echo, methods=["GET"]),
             ]
         )
