@@ -57,12 +57,12 @@ from cachekit.llm import (
     ResponsesStreamAssembler,
     StreamAssembler,
     TenantResolver,
+    get_endpoint,
     prepare,
     responses_sse,
     sse_event,
     sse_stream,
 )
-from cachekit.llm.hit_ids import check_continuable, hit_id
 
 try:  # the openai package's own HTTP library: httpx2 in recent versions, httpx before
     import httpx2 as _http
@@ -127,7 +127,7 @@ class _Context:
 
     def prepare(self, endpoint: str, kwargs: Mapping[str, Any]) -> LLMRequest | None:
         # RequestError (a ValueError) with the reason: the upstream never stored that id.
-        check_continuable(kwargs.get("previous_response_id"))
+        get_endpoint(endpoint).check_request(kwargs)
         try:
             return prepare(endpoint, _body(kwargs), self.tenant, self.namespace)
         except (RequestError, TypeError, ValueError):
@@ -257,7 +257,7 @@ class _Endpoint:
             return None
         response = found.response
         if found.status is Status.SEMANTIC_HIT:  # another request's answer: never its id
-            response = {**response, "id": hit_id(response.get("id"), req.endpoint)}
+            response = {**response, "id": req.api.hit_id(response.get("id"))}
         try:
             return self._hit(req, response)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError

@@ -12,6 +12,7 @@ from cachekit.llm import (
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
+    MESSAGES,
     RESPONSES,
     LLMCache,
     LLMCacheConfig,
@@ -100,6 +101,11 @@ def _int_cases() -> list[tuple[str, dict[str, Any], str]]:
             COMPLETIONS: {"model": "m", "prompt": "hi"},
             EMBEDDINGS: {"model": "m", "input": "hi"},
             RESPONSES: {"model": "m", "input": "hi"},
+            MESSAGES: {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
         }[endpoint]
         for name, (lo, hi) in ranges.items():
             for bad in (lo - 1, hi + 1, True, str(lo)):

@@ -29,7 +29,8 @@ from cachekit.llm import (
     completion_chunks,
     sse_event,
 )
-from cachekit.llm.validate import check_response, check_usage, is_count
+from cachekit.llm.rules import check_response
+from cachekit.llm.validate import check_usage, is_count
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}
 

@@ -170,7 +170,7 @@ def test_the_memo_is_bounded_in_bytes_whatever_the_bodies_parse_into() -> None:
         for i in range(200):
             raw = inflated(i)
             assert len(raw) <= memo.max_body
-            key = (CHAT, "t", "", raw)
+            key = (CHAT, "t", "", (), raw)
             if memo.get(key) is None:
                 memo.put(key, prepare(CHAT, json.loads(raw), "t"))
         grown = tracemalloc.get_traced_memory()[0] - start
@@ -201,18 +201,18 @@ def test_the_memo_remembers_repeats_and_leaves_out_what_costs_too_much() -> None
     memo = RequestMemo(max_bytes=1 << 20)
     raw = json.dumps({"model": "m", "messages": msgs("hello")}).encode()
     req = prepare(CHAT, json.loads(raw), "t")
-    assert memo.get((CHAT, "t", "", raw)) is None
-    memo.put((CHAT, "t", "", raw), req)
-    assert memo.get((CHAT, "t", "", bytes(raw))) is req  # the same body, another object
-    assert memo.get((CHAT, "u", "", raw)) is None  # another tenant: its own entry
-    memo.put((CHAT, "u", "", raw), req)
+    assert memo.get((CHAT, "t", "", (), raw)) is None
+    memo.put((CHAT, "t", "", (), raw), req)
+    assert memo.get((CHAT, "t", "", (), bytes(raw))) is req  # the same body, another object
+    assert memo.get((CHAT, "u", "", (), raw)) is None  # another tenant: its own entry
+    memo.put((CHAT, "u", "", (), raw), req)
     assert len(memo) == 2 and 0 < memo.bytes <= memo.max_bytes
     # An entry over a sixteenth of the budget is prepared every time, never kept; so is a body
     # over the length limit.
     big = inflated(0)
-    memo.put((CHAT, "t", "", big), prepare(CHAT, json.loads(big), "t"))
+    memo.put((CHAT, "t", "", (), big), prepare(CHAT, json.loads(big), "t"))
     long = json.dumps({"model": "m", "messages": msgs("x" * 20_000)}).encode()
-    memo.put((CHAT, "t", "", long), prepare(CHAT, json.loads(long), "t"))
+    memo.put((CHAT, "t", "", (), long), prepare(CHAT, json.loads(long), "t"))
     assert len(memo) == 2
 
 
@@ -221,9 +221,8 @@ def test_model_labels_fold_past_the_limit() -> None:
     assert [folder(m) for m in ("a", "b", "c", "a", "d")] == ["a", "b", OTHER, "a", OTHER]
     metrics = ProxyMetrics(max_models=64)
     base = metrics.render().count(b"\n")
-    usage = {"prompt_tokens": 3, "completion_tokens": 4}
     for i in range(3000):
-        metrics.saved(f"model-{i}", usage, 0.001 if i % 2 else None)
+        metrics.saved(f"model-{i}", (3, 4), 0.001 if i % 2 else None)
     added = metrics.render().count(b"\n") - base
     assert added < 1000, added
     text = metrics.render().decode()

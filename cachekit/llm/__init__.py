@@ -1,6 +1,9 @@
-"""OpenAI request rules and the LLM cache shared by ``cachekit serve`` (:mod:`cachekit.proxy`),
-``cachekit replay`` and the OpenAI client adapter.
+"""LLM request rules and the LLM cache shared by ``cachekit serve`` (:mod:`cachekit.proxy`),
+``cachekit replay`` and the client adapters (OpenAI, Anthropic).
 
+* :mod:`cachekit.llm.endpoints`: one :class:`Endpoint` object per API (OpenAI's chat
+  completions, completions, embeddings and Responses; Anthropic's Messages) and their registry,
+  :data:`ENDPOINTS`: everything that differs between APIs.
 * :mod:`cachekit.llm.rules`: cached endpoints, validation (:class:`RequestError`), exact key,
   semantic text and scope, tenants, response cacheability; the body and field checks
   themselves (JSON bounds, types, integer ranges) are :mod:`cachekit.llm.checks`.
@@ -16,6 +19,7 @@
 Imports nothing heavy: the semantic tier loads only on the first semantic lookup.
 """
 
+from cachekit.llm.endpoints import ENDPOINTS, Endpoint, endpoint_for, get_endpoint, register
 from cachekit.llm.prices import PRICES_AS_OF, Price, PriceTable
 from cachekit.llm.responses_stream import (
     ResponsesStreamAssembler,
@@ -28,6 +32,7 @@ from cachekit.llm.rules import (
     COMPLETIONS,
     EMBEDDINGS,
     IGNORED_FIELDS,
+    MESSAGES,
     RESPONSES,
     LLMRequest,
     RequestError,
@@ -70,10 +75,13 @@ __all__ = [
     "COMPLETIONS",
     "DONE",
     "EMBEDDINGS",
+    "ENDPOINTS",
     "IGNORED_FIELDS",
+    "MESSAGES",
     "PRICES_AS_OF",
     "RESPONSES",
     "CacheLookup",
+    "Endpoint",
     "LLMCache",
     "LLMCacheConfig",
     "LLMRequest",
@@ -91,13 +99,16 @@ __all__ = [
     "cacheable_response",
     "canonical_json",
     "completion_chunks",
+    "endpoint_for",
     "endpoint_of",
     "exact_key",
+    "get_endpoint",
     "key_fingerprint",
     "parse_body",
     "parse_feedback",
     "passthrough_reason",
     "prepare",
+    "register",
     "response_events",
     "responses_sse",
     "scope_key",

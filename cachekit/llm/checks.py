@@ -1,10 +1,11 @@
 """What a request body must be before anything keys, looks up or forwards it: JSON within
-bounds (:func:`parse_body`, :func:`check_depth`), and a cached endpoint's fields of the right
-types with every integer in its range (:func:`validate_request`, :data:`INTEGER_RANGES`).
+bounds (:func:`parse_body`, :func:`check_depth`), and the field checks the endpoint modules
+(:mod:`cachekit.llm.endpoints`) build their validation from: types, and every integer in its
+range (:func:`check_common`, :data:`COMMON_INTEGERS`).
 
-Pure functions over bytes and decoded JSON; :mod:`cachekit.llm.rules` re-exports them with the
-rest of the request rules. Every refusal is a :class:`RequestError`: a 400 with an OpenAI-style
-body whose ``param`` names the field.
+Pure functions over bytes and decoded JSON; :mod:`cachekit.llm.rules` re-exports the public ones
+with the rest of the request rules. Every refusal is a :class:`RequestError`: a 400 with an
+OpenAI-style body whose ``param`` names the field.
 """
 
 from __future__ import annotations
@@ -18,27 +19,22 @@ from typing import Any
 from cachekit.llm.errors import RequestError
 
 __all__ = [
-    "CACHED_ENDPOINTS",
-    "CHAT",
-    "COMPLETIONS",
-    "EMBEDDINGS",
+    "COMMON_INTEGERS",
     "INT64_MAX",
     "INT64_MIN",
-    "INTEGER_RANGES",
     "LOGIT_BIAS_RANGE",
     "MAX_COUNT",
     "MAX_JSON_DEPTH",
-    "RESPONSES",
+    "check",
+    "check_common",
     "check_depth",
+    "check_input",
+    "check_int",
+    "check_messages",
+    "check_responses_input",
+    "is_number",
     "parse_body",
-    "validate_request",
 ]
-
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
-RESPONSES = "/v1/responses"
-CACHED_ENDPOINTS: frozenset[str] = frozenset({CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES})
 
 
 #: Deepest nesting of objects and arrays accepted in a request body (the body itself is level 1):
@@ -104,7 +100,8 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """A finite JSON number a float holds (not a boolean)."""
     if isinstance(v, bool):
         return False
     if isinstance(v, float):
@@ -113,7 +110,8 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int) and abs(v) <= sys.float_info.max
 
 
-def _check(cond: bool, message: str, param: str) -> None:
+def check(cond: bool, message: str, param: str) -> None:
+    """:class:`RequestError` (400, ``param``) with ``message`` unless ``cond``."""
     if not cond:
         raise RequestError(message, param=param)
 
@@ -124,7 +122,12 @@ MAX_COUNT = 2**31 - 1
 #: The range of ``seed``: a signed 64-bit integer.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_COMMON_INTEGERS: dict[str, tuple[int, int]] = {
+#: The integer fields checked on every OpenAI endpoint and their inclusive ranges (the OpenAI
+#: API reference's, where it gives one; else a 32-bit count). Every field is checked on every
+#: endpoint (one that an endpoint does not define is refused upstream or ignored); completions
+#: add ``best_of`` and ``logprobs`` (chat's ``logprobs`` is a boolean). Booleans are not integers
+#: here. Values outside get a 400 naming the field and the range.
+COMMON_INTEGERS: Mapping[str, tuple[int, int]] = {
     "n": (1, 128),
     "max_tokens": (1, MAX_COUNT),
     "max_completion_tokens": (1, MAX_COUNT),
@@ -135,22 +138,6 @@ _COMMON_INTEGERS: dict[str, tuple[int, int]] = {
     "seed": (INT64_MIN, INT64_MAX),
 }
 
-#: The integer fields of each cached endpoint's request and their inclusive ranges (the OpenAI
-#: API reference's, where it gives one; else a 32-bit count). Every field is checked on every
-#: endpoint (one that an endpoint does not define is refused upstream or ignored), except
-#: ``best_of`` and ``logprobs``, which are completions' (chat's ``logprobs`` is a boolean).
-#: Booleans are not integers here. Values outside get a 400 naming the field and the range.
-INTEGER_RANGES: Mapping[str, Mapping[str, tuple[int, int]]] = {
-    CHAT: _COMMON_INTEGERS,
-    COMPLETIONS: {
-        **_COMMON_INTEGERS,
-        "max_tokens": (0, MAX_COUNT),  # 0 with echo: the prompt's logprobs alone
-        "best_of": (0, 20),
-        "logprobs": (0, 5),
-    },
-    EMBEDDINGS: _COMMON_INTEGERS,
-    RESPONSES: _COMMON_INTEGERS,
-}
 #: The range of a ``logit_bias`` value (its keys are token ids: 0 to :data:`MAX_COUNT`).
 LOGIT_BIAS_RANGE = (-100, 100)
 
@@ -179,7 +166,7 @@ def _shown(v: Any) -> str:
     return type(v).__name__
 
 
-def _check_int(value: Any, name: str, lo: int, hi: int) -> None:
+def check_int(value: Any, name: str, lo: int, hi: int) -> None:
     """:class:`RequestError` (400, ``param`` ``name``) unless ``value`` is ``None`` or an
     integer (not a boolean) in ``lo..hi``; the message names the field and the range."""
     if value is None:
@@ -208,11 +195,11 @@ def _check_int(value: Any, name: str, lo: int, hi: int) -> None:
 
 
 def _check_logit_bias(bias: Any) -> None:
-    _check(bias is None or isinstance(bias, dict), "'logit_bias' must be an object", "logit_bias")
+    check(bias is None or isinstance(bias, dict), "'logit_bias' must be an object", "logit_bias")
     lo, hi = LOGIT_BIAS_RANGE
     for key, value in (bias or {}).items():
         token = str(key) if _is_int(key) else key  # int keys from Python callers: JSON's strings
-        _check(
+        check(
             isinstance(token, str)
             and token.isascii()
             and token.isdigit()
@@ -222,39 +209,48 @@ def _check_logit_bias(bias: Any) -> None:
             f"{str(token)[:20]!r}.",
             "logit_bias",
         )
-        _check(
-            _is_number(value) and lo <= value <= hi,
+        check(
+            is_number(value) and lo <= value <= hi,
             f"Invalid value in 'logit_bias' for token {token}: expected a number from {lo} to "
             f"{hi}, got {_shown(value)}.",
             "logit_bias",
         )
 
 
-def _check_common(endpoint: str, body: Mapping[str, Any], model_optional: bool = False) -> None:
+def check_common(
+    body: Mapping[str, Any],
+    integer_ranges: Mapping[str, tuple[int, int]],
+    *,
+    model_optional: bool = False,
+    boolean_logprobs: bool = False,
+) -> None:
+    """The fields every OpenAI endpoint shares: ``model`` (unless ``model_optional``), numbers,
+    the integers of ``integer_ranges`` in their ranges, booleans (``logprobs`` too when
+    ``boolean_logprobs``), ``logit_bias``, ``stop``, tools, and the object and string fields."""
     model = body.get("model")
-    _check(
+    check(
         (model is None and model_optional) or (isinstance(model, str) and bool(model)),
         "you must provide a model parameter",
         "model",
     )
     for name in _NUMBER_FIELDS:
         v = body.get(name)
-        _check(v is None or _is_number(v), f"'{name}' must be a number", name)
-    for name, (lo, hi) in INTEGER_RANGES[endpoint].items():
-        _check_int(body.get(name), name, lo, hi)
+        check(v is None or is_number(v), f"'{name}' must be a number", name)
+    for name, (lo, hi) in integer_ranges.items():
+        check_int(body.get(name), name, lo, hi)
     for name in _BOOL_FIELDS:
         v = body.get(name)
-        _check(v is None or isinstance(v, bool), f"'{name}' must be a boolean", name)
-    if endpoint == CHAT:
+        check(v is None or isinstance(v, bool), f"'{name}' must be a boolean", name)
+    if boolean_logprobs:
         v = body.get("logprobs")
-        _check(v is None or isinstance(v, bool), "'logprobs' must be a boolean", "logprobs")
+        check(v is None or isinstance(v, bool), "'logprobs' must be a boolean", "logprobs")
     _check_logit_bias(body.get("logit_bias"))
     so = body.get("stream_options")
-    _check(
+    check(
         so is None or isinstance(so, dict), "'stream_options' must be an object", "stream_options"
     )
     stop = body.get("stop")
-    _check(
+    check(
         stop is None
         or isinstance(stop, str)
         or (isinstance(stop, list) and all(isinstance(s, str) for s in stop)),
@@ -263,37 +259,39 @@ def _check_common(endpoint: str, body: Mapping[str, Any], model_optional: bool =
     )
     for name in ("tools", "functions"):
         v = body.get(name)
-        _check(
+        check(
             v is None or (isinstance(v, list) and all(isinstance(t, dict) for t in v)),
             f"'{name}' must be a list of objects",
             name,
         )
     for name in ("response_format", "text", "reasoning"):
         v = body.get(name)
-        _check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
+        check(v is None or isinstance(v, dict), f"'{name}' must be an object", name)
     for name in ("instructions", "previous_response_id"):
         v = body.get(name)
-        _check(v is None or isinstance(v, str), f"'{name}' must be a string", name)
+        check(v is None or isinstance(v, str), f"'{name}' must be a string", name)
     include = body.get("include")
-    _check(
+    check(
         include is None or (isinstance(include, list) and all(isinstance(i, str) for i in include)),
         "'include' must be an array of strings",
         "include",
     )
 
 
-def _check_messages(messages: Any) -> None:
-    _check(
+def check_messages(messages: Any) -> None:
+    """``messages``: a non-empty array of objects with a string ``role`` and string or
+    content-part ``content``."""
+    check(
         isinstance(messages, list) and len(messages) > 0,
         "'messages' must be a non-empty array",
         "messages",
     )
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
-        _check(isinstance(m, dict), f"'{where}' must be an object", where)
-        _check(isinstance(m.get("role"), str), f"'{where}.role' must be a string", where)
+        check(isinstance(m, dict), f"'{where}' must be an object", where)
+        check(isinstance(m.get("role"), str), f"'{where}.role' must be a string", where)
         c = m.get("content")
-        _check(
+        check(
             c is None
             or isinstance(c, str)
             or (isinstance(c, list) and all(isinstance(p, dict) for p in c)),
@@ -306,7 +304,9 @@ def _is_token_list(v: Any) -> bool:
     return isinstance(v, list) and all(_is_int(x) for x in v)
 
 
-def _check_input(value: Any, name: str) -> None:
+def check_input(value: Any, name: str) -> None:
+    """A prompt or an embedding input: a string, an array of strings or of token arrays, every
+    token id in range."""
     ok = (
         isinstance(value, str)
         or _is_token_list(value)
@@ -316,13 +316,13 @@ def _check_input(value: Any, name: str) -> None:
             and all(isinstance(x, str) or _is_token_list(x) for x in value)
         )
     )
-    _check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
+    check(ok, f"'{name}' must be a string, an array of strings or of token arrays", name)
     if isinstance(value, list):
         tokens = (
             value if _is_token_list(value) else [t for x in value if isinstance(x, list) for t in x]
         )
         for token in tokens:
-            _check(
+            check(
                 0 <= token <= MAX_COUNT,
                 f"Invalid token id in '{name}': expected integers from 0 to {MAX_COUNT}, got "
                 f"{_shown(token)}.",
@@ -330,12 +330,14 @@ def _check_input(value: Any, name: str) -> None:
             )
 
 
-def _check_responses_input(body: Mapping[str, Any]) -> None:
+def check_responses_input(body: Mapping[str, Any]) -> None:
+    """A Responses request's ``input`` (or what stands in for it: a stored prompt, a previous
+    response, a conversation)."""
     prompt = body.get("prompt")  # a stored prompt's reference (completions: the text itself)
-    _check(prompt is None or isinstance(prompt, dict), "'prompt' must be an object", "prompt")
+    check(prompt is None or isinstance(prompt, dict), "'prompt' must be an object", "prompt")
     value = body.get("input")
     if value is None:
-        _check(
+        check(
             body.get("previous_response_id") is not None
             or body.get("prompt") is not None
             or body.get("conversation") is not None,
@@ -343,35 +345,9 @@ def _check_responses_input(body: Mapping[str, Any]) -> None:
             "input",
         )
         return
-    _check(
+    check(
         isinstance(value, str)
         or (isinstance(value, list) and all(isinstance(i, dict) for i in value)),
         "'input' must be a string or an array of input items",
         "input",
     )
-
-
-def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
-    """Check a decoded body for ``endpoint``; returns it, or raises :class:`RequestError` with
-    the offending ``param`` (missing model or messages, wrong types, an integer out of its
-    range: :data:`INTEGER_RANGES`, ``logit_bias`` keys and values, token ids in a prompt or an
-    input). Unknown fields pass: the upstream may support more than we know of."""
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    if endpoint not in CACHED_ENDPOINTS:
-        raise ValueError(f"not a cached endpoint: {endpoint!r}")
-    # A Responses request may take its model from a stored prompt.
-    _check_common(
-        endpoint, body, model_optional=endpoint == RESPONSES and body.get("prompt") is not None
-    )
-    if endpoint == CHAT:
-        _check_messages(body.get("messages"))
-    elif endpoint == RESPONSES:
-        _check_responses_input(body)
-    elif endpoint == COMPLETIONS:
-        _check("prompt" in body, "you must provide a prompt parameter", "prompt")
-        _check_input(body["prompt"], "prompt")
-    else:
-        _check("input" in body, "you must provide an input parameter", "input")
-        _check_input(body["input"], "input")
-    return body

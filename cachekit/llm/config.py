@@ -10,10 +10,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cachekit.llm.buckets import check_bucket
 from cachekit.llm.prices import PriceTable
 from cachekit.llm.tenants import TenantResolver
 
-__all__ = ["LLMCacheConfig"]
+__all__ = ["HIT_USAGE", "LLMCacheConfig"]
+
+#: What a hit's ``usage`` may report (:attr:`LLMCacheConfig.hit_usage`).
+HIT_USAGE = frozenset({"stored", "zero"})
 
 
 @dataclass
@@ -44,8 +48,20 @@ class LLMCacheConfig:
     semantic: bool = True
     #: Store answers cut off by ``max_tokens`` (``finish_reason: length``).
     cache_length: bool = False
-    #: ``False``: never store a Responses API answer that holds a refusal.
+    #: ``False``: never store a Responses API answer that holds a refusal (nor a Message that
+    #: stopped with ``refusal``).
     cache_refusals: bool = True
+    #: Answers kept per key for sampled requests (temperature not 0; absent means the API's
+    #: default, 1): the first ``bucket_size`` requests of a key go upstream, later ones are served
+    #: one of those answers at random (:mod:`cachekit.llm.buckets`). 1: one answer per key.
+    bucket_size: int = 1
+    #: Requests sampled above this temperature skip the cache unless they ask for a bucket
+    #: (``None``: none skips).
+    max_temperature: float | None = None
+    #: What a hit's ``usage`` says: ``stored`` (the original call's counts, as the upstream sent
+    #: them) or ``zero`` (no tokens were spent; the saved counts are in
+    #: ``x-cachekit-tokens-saved`` either way).
+    hit_usage: str = "stored"
     #: Keys the tenant hash; replicas that share entries need the same. Default: the
     #: ``CACHEKIT_TENANT_SECRET`` environment variable, else derived from the namespace.
     tenant_secret: str | None = None
@@ -99,6 +115,14 @@ class LLMCacheConfig:
             raise ValueError(
                 f"threshold applies to the threshold policy; the {self.policy} "
                 "policy takes policy_setting"
+            )
+        check_bucket(self.bucket_size)
+        t = self.max_temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0):
+            raise ValueError(f"max_temperature must be a number >= 0, got {t!r}")
+        if self.hit_usage not in HIT_USAGE:
+            raise ValueError(
+                f"hit_usage must be one of {sorted(HIT_USAGE)}, got {self.hit_usage!r}"
             )
         n = self.semantic_max_bytes
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):

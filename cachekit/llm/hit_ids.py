@@ -6,21 +6,20 @@ A semantic hit's stored answer was made for another prompt: upstream (the Respon
 names that prompt's history, so a client continuing from it (``previous_response_id``) would
 continue someone else's conversation. The proxy hands out a fresh id instead (``resp_ck<24
 hex>``: ``k`` is not a hex digit, so no OpenAI id has this shape, and every replica recognises it
-without shared state); continuing from it is a 400 and fetching it a 404, each saying why.
+without shared state; each endpoint makes its own: :meth:`Endpoint.hit_id
+<cachekit.llm.endpoints.Endpoint.hit_id>`); continuing from it is a 400 and fetching it a 404,
+each saying why.
 """
 
 from __future__ import annotations
 
 import re
-import secrets
 from typing import Any
 
 from cachekit.llm.errors import RequestError
-from cachekit.llm.rules import CHAT, RESPONSES
 
-__all__ = ["HIT_ID", "check_continuable", "hit_id", "response_id_in"]
+__all__ = ["HIT_ID", "check_continuable", "response_id_in"]
 
-_ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
 #: The ids cachekit makes for semantic hits.
 HIT_ID = re.compile(r"[A-Za-z0-9_]{1,32}[-_]ck[0-9a-f]{24}")
 
@@ -45,12 +44,3 @@ def check_continuable(response_id: Any, status: int = 400) -> None:
             status=status,
             code="semantic_hit_not_stored",
         )
-
-
-def hit_id(original: Any, endpoint: str) -> str:
-    """A fresh response id in the stored one's style (``chatcmpl-ck<24 hex>``)."""
-    sep = "_" if endpoint == RESPONSES else "-"
-    prefix = original.split(sep, 1)[0] if isinstance(original, str) else ""
-    if not _ID_PREFIX.fullmatch(prefix):
-        prefix = {CHAT: "chatcmpl", RESPONSES: "resp"}.get(endpoint, "cmpl")
-    return f"{prefix}{sep}ck{secrets.token_hex(12)}"

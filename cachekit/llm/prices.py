@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "PriceTable"]
 
-PRICES_AS_OF = "2025-08-15"
+PRICES_AS_OF = "2025-11-25"
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,18 @@ DEFAULT_PRICES: Mapping[str, Price] = {
     "text-embedding-3-small": Price(0.02),
     "text-embedding-3-large": Price(0.13),
     "text-embedding-ada-002": Price(0.10),
+    # Anthropic (Messages API), by the API's model ids and their dated forms.
+    "claude-opus-4-5": Price(5.0, 25.0),
+    "claude-opus-4-1": Price(15.0, 75.0),
+    "claude-opus-4-0": Price(15.0, 75.0),
+    "claude-opus-4-20250514": Price(15.0, 75.0),
+    "claude-sonnet-4-5": Price(3.0, 15.0),
+    "claude-sonnet-4-0": Price(3.0, 15.0),
+    "claude-sonnet-4-20250514": Price(3.0, 15.0),
+    "claude-3-7-sonnet": Price(3.0, 15.0),
+    "claude-haiku-4-5": Price(1.0, 5.0),
+    "claude-3-5-haiku": Price(0.80, 4.0),
+    "claude-3-haiku": Price(0.25, 1.25),
 }
 
 
@@ -107,14 +119,18 @@ class PriceTable:
         if p is None or not isinstance(usage, Mapping) or not usage:
             return None
         counts = []
-        # Chat and completions count prompt/completion tokens; the Responses API input/output.
+        # Chat and completions count prompt/completion tokens; the Responses and Messages APIs
+        # input/output.
         responses = "prompt_tokens" not in usage and "input_tokens" in usage
         keys = (
             ("input_tokens", "output_tokens")
             if responses
             else ("prompt_tokens", "completion_tokens")
         )
-        for key in keys:
+        # Anthropic counts the prompt's tokens read from and written to its prompt cache apart:
+        # a hit saves the whole call, so they are input too.
+        cached = ("cache_creation_input_tokens", "cache_read_input_tokens") if responses else ()
+        for key in (*keys, *cached):
             n = usage.get(key)
             if n is None:
                 n = 0
@@ -123,4 +139,4 @@ class PriceTable:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 return None
             counts.append(n)
-        return p.cost(counts[0], counts[1])
+        return p.cost(counts[0] + sum(counts[2:]), counts[1])

@@ -1,30 +1,35 @@
-"""OpenAI request rules: what is cached, what a request's key and scope are, who its tenant is,
-and which responses may be stored.
+"""Request rules: what is cached, what a request's key and scope are, who its tenant is, and
+which responses may be stored.
 
 Pure functions over decoded JSON bodies (``dict``); no web framework, no network. The proxy
-(``cachekit serve``), the replay command and the OpenAI client adapter all call these, so that
-what replay predicts is what production does.
+(``cachekit serve``), the replay command and the client adapters all call these, so that what
+replay predicts is what production does. What differs between APIs is each one's
+:class:`~cachekit.llm.endpoints.Endpoint` object (:mod:`cachekit.llm.endpoints`); these functions
+take an endpoint's path and ask its object.
 
 Vocabulary:
 
-* **endpoint**: one of :data:`CACHED_ENDPOINTS` (``/v1/chat/completions``, ``/v1/completions``,
-  ``/v1/embeddings``, ``/v1/responses``); anything else is passed through by the proxy, as are
+* **endpoint**: one of :data:`~cachekit.llm.endpoints.ENDPOINTS` (``/v1/chat/completions``,
+  ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses``, Anthropic's ``/v1/messages``);
+  anything else is passed through by the proxy, as are
   Responses API requests that depend on state the upstream holds and that changes
   (``conversation``) or that the upstream runs later (``background: true``):
   :func:`passthrough_reason`.
 * **exact key**: a digest of the canonical JSON (sorted keys, compact) of every request field
   that changes the answer, plus the endpoint, the tenant and the namespace. Fields that do not
-  change the answer (:data:`IGNORED_FIELDS`: ``user``, ``stream``, ``stream_options``,
+  change the answer (OpenAI's :data:`IGNORED_FIELDS`: ``user``, ``stream``, ``stream_options``,
   ``metadata``, ``service_tier`` ...) are left out, so a streamed and a non-streamed request
-  share an entry. ``store`` is keyed (it changes what the answer's id means upstream: a stored
-  response can be continued from, :data:`STORE_DEFAULT`), and so is ``previous_response_id``.
+  share an entry; request headers that change the answer (``anthropic-beta``) are keyed.
+  ``store`` is keyed (it changes what the answer's id means upstream: a stored response can be
+  continued from, :data:`STORE_DEFAULT`), and so is ``previous_response_id``.
 * **validation** (:func:`validate_request`, from :mod:`cachekit.llm.checks`): types, and every
   integer field in its range (:data:`INTEGER_RANGES`, ``logit_bias``, token arrays), so that no
   out-of-range request is keyed, forwarded or stored.
 * **semantic text**: the last user message (a string, or the concatenated ``text`` parts), a
   completion's string prompt, or a Responses request's ``input`` (a string, or its last item
-  when that is a user message of text). ``None`` when the request is exact-only: ``n > 1``, a
-  last message that is not from the user or carries non-text parts, embeddings.
+  when that is a user message of text), the last Anthropic user message's text blocks. ``None``
+  when the request is exact-only: ``n > 1``, a last message that is a tool's result, not from
+  the user, blank or with non-text parts, embeddings (:attr:`LLMRequest.exact_only` says why).
 * **scope**: a digest of everything else (endpoint, model, parameters, system prompt, earlier
   turns, tools, response_format, tenant, namespace): two requests may share an answer through
   similarity only when their scopes are equal.
@@ -36,27 +41,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from cachekit.llm.checks import (
-    CACHED_ENDPOINTS,
-    CHAT,
-    COMPLETIONS,
-    EMBEDDINGS,
     INT64_MAX,
     INT64_MIN,
-    INTEGER_RANGES,
     LOGIT_BIAS_RANGE,
     MAX_COUNT,
     MAX_JSON_DEPTH,
-    RESPONSES,
     check_depth,
     parse_body,
-    validate_request,
 )
+from cachekit.llm.endpoints import ENDPOINTS, Endpoint, endpoint_for, get_endpoint
+from cachekit.llm.endpoints.base import IGNORED_FIELDS
+from cachekit.llm.endpoints.chat import ChatCompletions
+from cachekit.llm.endpoints.completions import Completions
+from cachekit.llm.endpoints.embeddings import Embeddings
+from cachekit.llm.endpoints.messages import Messages
+from cachekit.llm.endpoints.responses import Responses
 from cachekit.llm.errors import RequestError
 from cachekit.llm.tenants import (
     CREDENTIAL_HEADERS,
@@ -65,7 +70,6 @@ from cachekit.llm.tenants import (
     caller_key,
     key_fingerprint,
 )
-from cachekit.llm.validate import check_response
 
 __all__ = [
     "CACHED_ENDPOINTS",
@@ -81,6 +85,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_JSON_DEPTH",
     "MAX_RESPONSE_ID",
+    "MESSAGES",
     "RESPONSES",
     "STORE_DEFAULT",
     "LLMRequest",
@@ -91,9 +96,11 @@ __all__ = [
     "caller_key",
     "canonical_json",
     "check_depth",
+    "check_response",
     "endpoint_of",
     "exact_key",
     "key_fingerprint",
+    "keyed_headers",
     "parse_body",
     "parse_feedback",
     "passthrough_reason",
@@ -103,29 +110,26 @@ __all__ = [
     "validate_request",
 ]
 
-
-#: Request fields that never change the answer's content: left out of keys and scopes.
-IGNORED_FIELDS: frozenset[str] = frozenset(
-    {
-        "user",
-        "stream",
-        "stream_options",
-        "metadata",
-        "service_tier",
-        "prompt_cache_key",
-        "prompt_cache_retention",
-        "safety_identifier",
-    }
-)
-
+CHAT = ChatCompletions.path
+COMPLETIONS = Completions.path
+EMBEDDINGS = Embeddings.path
+RESPONSES = Responses.path
+MESSAGES = Messages.path
+#: The built-in cached endpoints' paths (:data:`~cachekit.llm.endpoints.ENDPOINTS` holds them all).
+CACHED_ENDPOINTS: frozenset[str] = frozenset(ENDPOINTS)
+#: The integer fields of each endpoint's request and their inclusive ranges (the API reference's,
+#: where it gives one; else a 32-bit count). Values outside get a 400 naming the field and range.
+INTEGER_RANGES: Mapping[str, Mapping[str, tuple[int, int]]] = {
+    p: e.integer_ranges for p, e in ENDPOINTS.items()
+}
 #: ``store``'s default by endpoint (chat: false, Responses: true). ``store`` changes what the
 #: answer's id means upstream (a stored response can be continued from or fetched by id, an
 #: unstored one cannot), so it is keyed, absent and the default being one value: the key holds it
 #: only when it is not the default. Other endpoints have no ``store``: left out.
-STORE_DEFAULT: Mapping[str, bool] = {CHAT: False, RESPONSES: True}
+STORE_DEFAULT: Mapping[str, bool] = {
+    p: e.store_default for p, e in ENDPOINTS.items() if e.store_default is not None
+}
 
-#: Finish reasons of a complete answer. ``length`` (truncated) is cacheable only on request.
-_COMPLETE_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "eos"})
 _KEY_DIGEST = 20  # bytes of BLAKE2b in keys: 160 bits, collision-free for any cache size
 
 
@@ -134,10 +138,8 @@ _KEY_DIGEST = 20  # bytes of BLAKE2b in keys: 160 bits, collision-free for any c
 
 def endpoint_of(path: str) -> str | None:
     """The cached endpoint a URL path names (a trailing slash tolerated), else ``None``."""
-    p = path.split("?", 1)[0]
-    if len(p) > 1 and p.endswith("/"):
-        p = p[:-1]
-    return p if p in CACHED_ENDPOINTS else None
+    endpoint = endpoint_for(path)
+    return endpoint.path if endpoint is not None else None
 
 
 #: Longest response id accepted by :func:`parse_feedback`.
@@ -171,13 +173,19 @@ def passthrough_reason(endpoint: str, body: Mapping[str, Any]) -> str | None:
     request run in the ``background`` (the upstream answers later, by id), or one continuing a
     ``conversation`` (its items live upstream and change with every turn; a
     ``previous_response_id`` names a fixed history, and is keyed like any other field)."""
-    if endpoint != RESPONSES:
-        return None
-    if body.get("background"):
-        return "background"
-    if body.get("conversation") is not None:
-        return "conversation"
-    return None
+    return get_endpoint(endpoint).passthrough_reason(body)
+
+
+def validate_request(endpoint: str, body: Any) -> dict[str, Any]:
+    """Check a decoded body for ``endpoint``; returns it, or raises :class:`RequestError` with
+    the offending ``param`` (missing model or messages, wrong types, an integer out of its
+    range: :data:`INTEGER_RANGES`, ``logit_bias`` keys and values, token ids in a prompt or an
+    input). Unknown fields pass: the upstream may support more than we know of. ``ValueError``
+    for a path no endpoint serves."""
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    get_endpoint(endpoint).validate(body)
+    return body
 
 
 # ---------------------------------------------------------------------- keys and scope
@@ -209,100 +217,76 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=_KEY_DIGEST).hexdigest()
 
 
-def _answer_fields(endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields a key is made of: not ignored, not ``null``; ``store`` only when it is not
-    its endpoint's default (and not at all where there is no ``store``), ``background`` only
-    when true (such a request is never looked up, :func:`passthrough_reason`)."""
-    fields = {k: v for k, v in body.items() if k not in IGNORED_FIELDS and v is not None}
-    store = fields.pop("store", None)
-    default = STORE_DEFAULT.get(endpoint)
-    if default is not None and store is not None and store != default:
-        fields["store"] = store
-    if fields.get("background") is False:
-        del fields["background"]
-    return fields
+Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
 
-def exact_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: str = "") -> str:
+def keyed_headers(endpoint: str, headers: Headers) -> tuple[tuple[str, str], ...]:
+    """The request headers of ``endpoint``'s :attr:`~cachekit.llm.endpoints.Endpoint.keyed_headers`
+    that were sent, name lower-cased, repeated lines joined with ``", "``, sorted."""
+    wanted = get_endpoint(endpoint).keyed_headers
+    if not wanted or headers is None:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    found: dict[str, list[str]] = {}
+    for name, value in pairs:
+        n = name.lower()
+        if n in wanted:
+            found.setdefault(n, []).append(value.strip())
+    return tuple(sorted((n, ", ".join(v)) for n, v in found.items()))
+
+
+def _payload(
+    endpoint: str, fields: dict[str, Any], tenant: str, namespace: str, headers: Any
+) -> dict[str, Any]:
+    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": fields}
+    if headers:
+        payload["h"] = dict(headers)
+    return payload
+
+
+def exact_key(
+    endpoint: str,
+    body: Mapping[str, Any],
+    tenant: str,
+    namespace: str = "",
+    headers: tuple[tuple[str, str], ...] = (),
+) -> str:
     """The exact-match key: ``llm:x:`` and a digest of the canonical JSON of the endpoint,
-    tenant, namespace and every field that changes the answer. ``null`` fields count as absent."""
-    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": _answer_fields(endpoint, body)}
+    tenant, namespace, keyed headers (:func:`keyed_headers`) and every field that changes the
+    answer. ``null`` fields count as absent."""
+    fields = get_endpoint(endpoint).answer_fields(body)
+    payload = _payload(endpoint, fields, tenant, namespace, headers)
     return "llm:x:" + _digest(canonical_json(payload))
-
-
-def _text_of(content: Any, kind: str = "text") -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and content:
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != kind:
-                return None  # images, audio, files: compared exactly only
-            t = part.get("text")
-            if not isinstance(t, str):
-                return None
-            texts.append(t)
-        return "\n".join(texts)
-    return None
 
 
 def semantic_text(endpoint: str, body: Mapping[str, Any]) -> str | None:
     """The text compared by similarity, or ``None`` when the request is exact-only (``n > 1``,
-    embeddings, a last message not from the user or with non-text parts, a non-string prompt)."""
-    n = body.get("n")
-    if n is not None and n != 1:
+    embeddings, a last message not from the user, a tool's result, blank or with non-text
+    parts, a non-string prompt)."""
+    text = get_endpoint(endpoint).semantic_text(body)
+    return text if text is not None and text.strip() else None
+
+
+def _exact_only(api: Endpoint, body: Mapping[str, Any], text: str | None) -> str | None:
+    if text is not None:
         return None
-    if endpoint == CHAT:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
-            return None
-        last = messages[-1]
-        return _text_of(last.get("content")) if last.get("role") == "user" else None
-    if endpoint == COMPLETIONS:
-        prompt = body.get("prompt")
-        return prompt if isinstance(prompt, str) else None
-    if endpoint == RESPONSES:
-        return _responses_text(body.get("input"))
-    return None
+    raw = api.semantic_text(body)
+    return "empty text" if raw is not None else api.exact_only_reason(body)
 
 
-def _is_user_message(item: Any) -> bool:
-    return (
-        isinstance(item, dict)
-        and item.get("role") == "user"
-        and item.get("type", "message") == "message"
-    )
-
-
-def _responses_text(value: Any) -> str | None:
-    """A Responses ``input``'s semantic text: the string itself, or the last item's text when it
-    is a user message of ``input_text`` parts (anything else: exact-only)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and _is_user_message(value[-1]):
-        return _text_of(value[-1].get("content"), "input_text")
-    return None
-
-
-def scope_key(endpoint: str, body: Mapping[str, Any], tenant: str, namespace: str = "") -> str:
+def scope_key(
+    endpoint: str,
+    body: Mapping[str, Any],
+    tenant: str,
+    namespace: str = "",
+    headers: tuple[tuple[str, str], ...] = (),
+) -> str:
     """The digest of everything but the semantic text: endpoint, model, parameters, system
-    prompt, earlier turns, the last message's other fields, tools, response_format, tenant,
-    namespace. Meaningful when :func:`semantic_text` is not ``None``."""
-    fields = _answer_fields(endpoint, body)
-    if endpoint == CHAT and isinstance(fields.get("messages"), list):
-        msgs = list(fields["messages"])
-        last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}
-        last.pop("content", None)
-        fields["messages"] = [*msgs[:-1], last]
-    elif endpoint == COMPLETIONS:
-        fields.pop("prompt", None)
-    elif endpoint == RESPONSES:
-        value = fields.pop("input", None)
-        if isinstance(value, list) and value and isinstance(value[-1], dict):
-            last = dict(value[-1])
-            last.pop("content", None)
-            fields["input"] = [*value[:-1], last]
-    payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": fields}
+    prompt, earlier turns, the last message's other fields, tools, response_format, keyed
+    headers, tenant, namespace. Meaningful when :func:`semantic_text` is not ``None``."""
+    api = get_endpoint(endpoint)
+    fields = api.scope_fields(api.answer_fields(body))
+    payload = _payload(endpoint, fields, tenant, namespace, headers)
     return "llm:s:" + _digest(canonical_json(payload))
 
 
@@ -321,12 +305,21 @@ class LLMRequest:
     text: str | None
     #: Why this request is forwarded without the cache (:func:`passthrough_reason`), or None.
     passthrough: str | None = None
+    #: The request headers keyed with the body (:func:`keyed_headers`).
+    headers: tuple[tuple[str, str], ...] = ()
+    #: Why a request without semantic text is compared exactly only (``tool result``), or None.
+    exact_only: str | None = None
 
     @cached_property
     def scope(self) -> str | None:
         if self.text is None:
             return None
-        return scope_key(self.endpoint, self.body, self.tenant, self.namespace)
+        return scope_key(self.endpoint, self.body, self.tenant, self.namespace, self.headers)
+
+    @property
+    def api(self) -> Endpoint:
+        """The request's :class:`~cachekit.llm.endpoints.Endpoint`."""
+        return get_endpoint(self.endpoint)
 
     @property
     def model(self) -> str:
@@ -334,35 +327,54 @@ class LLMRequest:
 
     @property
     def stream(self) -> bool:
-        return bool(self.body.get("stream"))
+        """Whether the answer is sent as events (``stream: true`` where the API streams)."""
+        return bool(self.body.get("stream")) and self.api.streams
 
     @property
     def include_usage(self) -> bool:
-        so = self.body.get("stream_options")
-        return isinstance(so, dict) and bool(so.get("include_usage"))
+        return self.api.include_usage(self.body)
 
 
-def prepare(endpoint: str, body: Any, tenant: str, namespace: str = "") -> LLMRequest:
+def prepare(
+    endpoint: str, body: Any, tenant: str, namespace: str = "", headers: Headers = None
+) -> LLMRequest:
     """Validate ``body`` (:class:`RequestError` when bad) and compute its exact key and
-    semantic text (and, lazily, its scope)."""
+    semantic text (and, lazily, its scope). ``headers``: the request's header lines, of which
+    the endpoint's keyed ones join the key."""
     endpoint = endpoint_of(endpoint) or endpoint
     validate_request(endpoint, body)
+    api = get_endpoint(endpoint)
+    keyed = keyed_headers(endpoint, headers)
     try:
-        key = exact_key(endpoint, body, tenant, namespace)
+        key = exact_key(endpoint, body, tenant, namespace, keyed)
     except ValueError as exc:  # NaN or infinity somewhere in the body
         raise RequestError(f"The request body is not valid JSON for the API: {exc}") from None
+    text = semantic_text(endpoint, body)
     return LLMRequest(
         endpoint,
         body,
         tenant,
         namespace,
         key,
-        semantic_text(endpoint, body),
-        passthrough_reason(endpoint, body),
+        text,
+        api.passthrough_reason(body),
+        keyed,
+        _exact_only(api, body, text),
     )
 
 
 # ---------------------------------------------------------------------- responses
+
+
+def check_response(endpoint: str, body: Any) -> str | None:
+    """``None`` when ``body`` is a well-formed answer of ``endpoint``, else why not. An unknown
+    endpoint is never well-formed (nothing is cached for it)."""
+    if not isinstance(body, Mapping):
+        return "not an object"
+    api = endpoint_for(endpoint)
+    if api is None:
+        return f"endpoint {endpoint} not cached"
+    return api.check_response(body)
 
 
 def cacheable_response(
@@ -374,56 +386,21 @@ def cacheable_response(
     cache_refusals: bool = True,
 ) -> tuple[bool, str]:
     """Whether an upstream answer may be stored, and why not: 2xx, a JSON object without
-    ``error``, the endpoint's object with well-typed fields (:mod:`cachekit.llm.validate`:
-    ``object``, ``usage`` counts, ``choices``), every choice finished (``finish_reason`` not
-    ``null``; not ``length`` unless ``cache_length``; never ``content_filter``). The reason's
-    first word is a metric label: ``status``, ``error``, ``no``, ``finish_reason``, ``invalid``."""
+    ``error``, finished by its endpoint's rules (:meth:`Endpoint.unfinished
+    <cachekit.llm.endpoints.Endpoint.unfinished>`: every choice's ``finish_reason`` set, not
+    ``length`` unless ``cache_length``, never ``content_filter``; a response ``completed``; a
+    Message's storable ``stop_reason``), and of the endpoint's shape
+    (:mod:`cachekit.llm.validate`). The reason's first word is a metric label: ``status``,
+    ``error``, ``no``, ``finish_reason``, ``invalid``, ``refusal``."""
 
     if not 200 <= status < 300:
         return False, f"status {status}"
     if not isinstance(body, dict) or body.get("error") is not None:
         return False, "error body"
-    if endpoint == EMBEDDINGS:
-        data = body.get("data")
-        if not isinstance(data, list) or not data:
-            return False, "no embeddings"
-    elif endpoint == RESPONSES:
-        why = _unfinished_response(body, cache_refusals)
-        if why is not None:
-            return False, why
-    else:
-        choices = body.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return False, "no choices"
-        for c in choices:
-            reason = c.get("finish_reason") if isinstance(c, dict) else None
-            if reason == "length" and cache_length:
-                continue
-            if not isinstance(reason, str) or reason not in _COMPLETE_FINISH:
-                return False, f"finish_reason {str(reason)[:40]}"
-    why = check_response(endpoint, body)
-    if why is not None:
-        return False, f"invalid {why}"
-    return True, ""
-
-
-def _unfinished_response(body: Mapping[str, Any], cache_refusals: bool) -> str | None:
-    """Why a Responses API answer may not be stored: not ``completed``, incomplete, or (with
-    ``cache_refusals=False``) holding a refusal. The reason's first word is a metric label."""
-    status = body.get("status")
-    if status != "completed":
-        return f"status {str(status)[:40]}"
-    if body.get("incomplete_details") is not None:
-        return "finish_reason incomplete"
-    if not cache_refusals and _has_refusal(body):
-        return "refusal"
-    return None
-
-
-def _has_refusal(body: Mapping[str, Any]) -> bool:
-    for item in body.get("output") or ():
-        if isinstance(item, dict) and item.get("type") == "message":
-            for part in item.get("content") or ():
-                if isinstance(part, dict) and part.get("type") == "refusal":
-                    return True
-    return False
+    why = get_endpoint(endpoint).unfinished(
+        body, cache_length=cache_length, cache_refusals=cache_refusals
+    )
+    if why is None:
+        why = check_response(endpoint, body)
+        why = None if why is None else f"invalid {why}"
+    return (False, why) if why is not None else (True, "")

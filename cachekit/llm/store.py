@@ -12,6 +12,7 @@ and their own expiry so ``max-age`` and per-request TTLs work on both kinds of e
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -21,9 +22,9 @@ from cachekit._core.sansio import Core, adrive, drive
 from cachekit._core.types import LookupResult
 from cachekit.cache import Cache, Status
 from cachekit.llm.answers import AnswerComparator
+from cachekit.llm.buckets import answers_of, check_bucket, filling, pick, with_answer
 from cachekit.llm.config import LLMCacheConfig
-from cachekit.llm.rules import CHAT, LLMRequest, cacheable_response, prepare
-from cachekit.llm.validate import check_response
+from cachekit.llm.rules import CHAT, LLMRequest, cacheable_response, check_response, prepare
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -82,19 +83,24 @@ class LookupOptions(Where, total=False):
     """Keyword options of :meth:`LLMCache.lookup`: :class:`Where`, and ``max_age`` (only
     entries younger than that, in seconds), ``min_similarity`` (a semantic hit must reach it as
     well as the policy's own bar: it can only raise the bar), ``semantic`` (``False``: exact
-    entries only)."""
+    entries only), ``bucket`` (answer buckets, :mod:`cachekit.llm.buckets`: a hit only from a
+    bucket holding that many answers, one of them at random; default 1)."""
 
     max_age: float | None
     min_similarity: float | None
     semantic: bool
+    bucket: int
 
 
 class StoreOptions(Where, total=False):
     """Keyword options of :meth:`LLMCache.store`: :class:`Where`, and ``ttl`` (seconds; ``None``:
-    the cache's), ``semantic`` (``False``: no semantic entry)."""
+    the cache's), ``semantic`` (``False``: no semantic entry), ``bucket`` (the request's bucket
+    size: the answer joins the key's bucket until it holds that many,
+    :mod:`cachekit.llm.buckets`)."""
 
     ttl: float | None
     semantic: bool
+    bucket: int
 
 
 def _check_options(what: str, options: Mapping[str, Any], allowed: Any) -> None:
@@ -136,7 +142,11 @@ def _malformed(value: Any, endpoint: str | None) -> str | None:
         return "store time or expiry not a number"
     if endpoint is None:
         return None
-    return check_response(endpoint, value["r"])
+    for answer in answers_of(value):
+        why = check_response(endpoint, answer)
+        if why is not None:
+            return why
+    return None
 
 
 def _semantic_only(text: str, *, scope: str) -> Any:
@@ -257,7 +267,7 @@ class LLMCache:
     ) -> tuple[dict[str, Any], float] | str:
         """The stored response and its age, else why the entry is not served (a miss): expired,
         older than ``max_age``, or malformed. A malformed entry (a wrapper of the wrong types, or
-        a response that fails :func:`cachekit.llm.validate.check_response` for ``endpoint``) is
+        a response that fails :func:`cachekit.llm.rules.check_response` for ``endpoint``) is
         counted in the cache's ``serialization_errors`` stat and logged at WARNING with its key;
         it never raises."""
         if value is None:
@@ -290,6 +300,7 @@ class LLMCache:
         max_age: float | None,
         min_similarity: float | None,
         endpoint: str | None = None,
+        bucket: int = 1,
     ) -> CacheLookup:
         if not r.hit:
             return CacheLookup(Status.MISS, None, r.similarity, None, r.reason, r.matched_text)
@@ -303,9 +314,12 @@ class LLMCache:
         found = self._unwrap(r.value, max_age, endpoint, getattr(r, "key", None))
         if isinstance(found, str):
             return CacheLookup(Status.MISS, None, r.similarity, None, found, r.matched_text)
+        unfilled = filling(r.value, bucket)
+        if unfilled is not None:
+            return CacheLookup(Status.MISS, None, r.similarity, None, unfilled, r.matched_text)
         status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
         sim = r.similarity if status is Status.SEMANTIC_HIT else None
-        return CacheLookup(status, found[0], sim, found[1])
+        return CacheLookup(status, pick(r.value), sim, found[1])
 
     def _use_semantic(self, req: LLMRequest, semantic: bool) -> bool:
         return semantic and self.semantic_enabled and req.text is not None and bool(req.text)
@@ -318,24 +332,42 @@ class LLMCache:
     # ------------------------------------------------------------------ one core, two forms
 
     def _lookup_core(
-        self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
+        self,
+        req: LLMRequest,
+        max_age: float | None,
+        min_similarity: float | None,
+        semantic: bool,
+        bucket: int = 1,
     ) -> Core[CacheLookup]:
-        result = yield from self._find_core(req, max_age, min_similarity, semantic)
+        result = yield from self._find_core(req, max_age, min_similarity, semantic, bucket)
         self._count(result.status)
         return result
 
     def _find_core(
-        self, req: LLMRequest, max_age: float | None, min_similarity: float | None, semantic: bool
+        self,
+        req: LLMRequest,
+        max_age: float | None,
+        min_similarity: float | None,
+        semantic: bool,
+        bucket: int,
     ) -> Core[CacheLookup]:
         if req.passthrough is not None:
             return CacheLookup(Status.MISS, reason=f"passthrough: {req.passthrough}")
-        found = self._unwrap((yield ("get", (req.key,))), max_age, req.endpoint, req.key)
+        value = yield ("get", (req.key,))
+        found = self._unwrap(value, max_age, req.endpoint, req.key)
         if not isinstance(found, str):
-            return CacheLookup(Status.HIT, found[0], None, found[1])
+            why = filling(value, bucket)  # this key's own bucket: filled by this request
+            if why is not None:
+                return CacheLookup(Status.MISS, reason=why)
+            return CacheLookup(Status.HIT, pick(value), None, found[1])
         if not self._use_semantic(req, semantic):
             return _MISS
         r = yield ("search", (req.text, req.scope))
-        return self._semantic_result(r, max_age, min_similarity, req.endpoint)
+        if bucket > 1 and r.hit and isinstance(r.value, dict) and isinstance(r.value.get("k"), str):
+            live = yield ("get", (r.value["k"],))  # the matched bucket as it is now
+            if isinstance(live, dict) and _malformed(live, req.endpoint) is None:
+                r = dataclasses.replace(r, value=live)
+        return self._semantic_result(r, max_age, min_similarity, req.endpoint, bucket)
 
     def _count(self, status: Status) -> None:
         """One request, counted once in the cache's stats."""
@@ -352,13 +384,28 @@ class LLMCache:
         )
 
     def _store_core(
-        self, req: LLMRequest, response: Mapping[str, Any], ttl: float | None, semantic: bool
+        self,
+        req: LLMRequest,
+        response: Mapping[str, Any],
+        ttl: float | None,
+        semantic: bool,
+        bucket: int = 1,
     ) -> Core[bool]:
         if req.passthrough is not None:
             return False
         value = self._wrap(response, self.entry_ttl(ttl))
+        full = True
+        if bucket > 1:
+            live = yield ("get", (req.key,))
+            if isinstance(self._unwrap(live, None, req.endpoint, req.key), str):
+                live = None  # none, expired or malformed: the bucket starts again
+            answers = with_answer(live, value["r"], bucket)
+            if answers is None:
+                return False  # full already: a concurrent caller filled it
+            value.update(r=answers[0], b=answers, k=req.key)
+            full = len(answers) == bucket
         ok = yield ("set", (req.key, value, self.entry_ttl(ttl)))
-        if ok and self._use_semantic(req, semantic):
+        if ok and full and self._use_semantic(req, semantic):
             yield ("index", (value, req.text, req.scope))
         return bool(ok)
 
@@ -399,6 +446,7 @@ class LLMCache:
             options.get("max_age"),
             options.get("min_similarity"),
             options.get("semantic", True),
+            check_bucket(options.get("bucket", 1)),
         )
 
     def _store_of(
@@ -410,7 +458,13 @@ class LLMCache:
     ) -> Core[bool]:
         _check_options("store", options, StoreOptions)
         req = self.request(request, tenant, **_where(options))
-        return self._store_core(req, response, options.get("ttl"), options.get("semantic", True))
+        return self._store_core(
+            req,
+            response,
+            options.get("ttl"),
+            options.get("semantic", True),
+            check_bucket(options.get("bucket", 1)),
+        )
 
     def lookup(
         self,

@@ -30,9 +30,9 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-#: Request headers that carry the caller's API key: ``Authorization: Bearer <key>`` (OpenAI) and
-#: ``api-key: <key>`` (Azure OpenAI).
-CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization", "api-key")
+#: Request headers that carry the caller's API key: ``Authorization: Bearer <key>`` (OpenAI),
+#: ``api-key: <key>`` (Azure OpenAI) and ``x-api-key: <key>`` (Anthropic).
+CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization", "api-key", "x-api-key")
 
 
 def _credential(name: str, value: str) -> str | None:

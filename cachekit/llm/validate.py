@@ -20,30 +20,26 @@ accounting) can read it without raising:
 * all: ``usage``, when present, an object whose ``*_tokens`` counts are non-negative integers
   (``true`` is not a count) and whose ``*_details`` are objects of such counts (or null).
 
-Each check returns ``None`` when the answer is well-formed, else a short reason. Whether an
+Each check returns ``None`` when the answer is well-formed, else a short reason; the endpoint
+modules (:mod:`cachekit.llm.endpoints`) pick theirs, and :func:`cachekit.llm.rules.check_response`
+dispatches to it. Whether an
 answer is *finished* (``finish_reason`` ``stop`` and the like) is :func:`rules.cacheable_response`'s
 business, not this module's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
     "check_chat",
     "check_completion",
     "check_embeddings",
-    "check_response",
     "check_responses",
     "check_usage",
     "is_count",
 ]
-
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
-RESPONSES = "/v1/responses"
 
 
 def is_count(value: Any) -> bool:
@@ -241,22 +237,3 @@ def check_responses(body: Mapping[str, Any]) -> str | None:
         if why:
             return why
     return check_usage(body.get("usage"))
-
-
-_CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
-    CHAT: check_chat,
-    COMPLETIONS: check_completion,
-    EMBEDDINGS: check_embeddings,
-    RESPONSES: check_responses,
-}
-
-
-def check_response(endpoint: str, body: Any) -> str | None:
-    """``None`` when ``body`` is a well-formed answer of ``endpoint``, else why not. An unknown
-    endpoint is never well-formed (nothing is cached for it)."""
-    if not isinstance(body, Mapping):
-        return "not an object"
-    check = _CHECKS.get(endpoint)
-    if check is None:
-        return f"endpoint {endpoint} not cached"
-    return check(body)

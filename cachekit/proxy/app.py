@@ -1,12 +1,15 @@
 """The ``cachekit serve`` application: an OpenAI-compatible caching proxy (Starlette).
 
 HTTP translation only: every caching decision is made by :class:`cachekit.llm.LLMCache` and the
-rules of :mod:`cachekit.llm.rules`. ``POST /v1/chat/completions``, ``/v1/completions``,
-``/v1/embeddings`` and ``/v1/responses`` are looked up and stored (a Responses request run in the
-background or continuing a ``conversation`` is forwarded uncached); every other ``/v1/...``
-request is passed through untouched, and every answer says which it was in ``x-cachekit-cache``
-(``PASSTHROUGH`` for what the cache never saw). ``POST /v1/cachekit/feedback`` records a user's
-verdict on a semantic hit this process served, found by the response id it was sent with.
+rules of :mod:`cachekit.llm.rules`, and what differs between APIs by each one's
+:class:`~cachekit.llm.Endpoint` object. Every registered endpoint (:data:`cachekit.llm.ENDPOINTS`:
+``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses`` and
+Anthropic's ``/v1/messages``) is looked up and stored (a Responses request run in the background
+or continuing a ``conversation`` is forwarded uncached); every other ``/v1/...`` request is
+passed through untouched (``/v1/messages/count_tokens`` included), and every answer says which
+it was in ``x-cachekit-cache`` (``PASSTHROUGH`` for what the cache never saw).
+``POST /v1/cachekit/feedback`` records a user's verdict on a semantic hit this process served,
+found by the response id it was sent with.
 See ``docs/proxy.md``.
 """
 
@@ -34,27 +37,22 @@ from starlette.routing import Route
 
 from cachekit.cache import Status
 from cachekit.llm import (
-    CHAT,
-    COMPLETIONS,
-    EMBEDDINGS,
-    RESPONSES,
+    ENDPOINTS,
     CacheLookup,
+    Endpoint,
     LLMCache,
     LLMRequest,
     RequestError,
-    ResponsesStreamAssembler,
-    StreamAssembler,
     build_cache,
     parse_feedback,
     prepare,
-    responses_sse,
-    sse_stream,
 )
-from cachekit.llm.hit_ids import check_continuable, hit_id, response_id_in
-from cachekit.llm.rules import caller_key
+from cachekit.llm.hit_ids import check_continuable, response_id_in
+from cachekit.llm.rules import caller_key, keyed_headers
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
 from cachekit.proxy.headers import (
+    BODY_CONTROLS,
     HOP_BY_HOP,
     UPSTREAM_DROP_RESPONSE,
     Controls,
@@ -62,16 +60,21 @@ from cachekit.proxy.headers import (
     miss_headers,
     parse_controls,
     response_headers,
+    sampling,
+    strip_body_controls,
 )
 from cachekit.proxy.http import (
     JSON,
     RelayResponse,
     aiter,
+    api_under,
     body_within,
     dumps,
     error_response,
     http_error,
     loads,
+    refusal,
+    tagged,
 )
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
@@ -90,12 +93,6 @@ __all__ = [
 
 log = logging.getLogger("cachekit.proxy")
 
-_ENDPOINT_LABEL = {
-    CHAT: "chat",
-    COMPLETIONS: "completions",
-    EMBEDDINGS: "embeddings",
-    RESPONSES: "responses",
-}
 #: What ``x-cachekit-cache`` says of an answer the cache never saw.
 PASSTHROUGH = {"x-cachekit-cache": "PASSTHROUGH"}
 #: Where clients report a verdict on a semantic hit.
@@ -117,6 +114,8 @@ class Proxy:
         self.config = config
         settings = config.proxy
         self.upstream = base_url(settings.upstream)
+        #: Each API family's upstream (``[proxy.upstreams]``), else :attr:`upstream`.
+        self.upstreams = {f: base_url(u) for f, u in settings.upstreams.items()}
         if llm is None:
             llm = build_cache(
                 config.cache,
@@ -195,17 +194,24 @@ class Proxy:
                 code="client_disconnected",
             ) from None
 
-    def _prepare(self, endpoint: str, raw: bytes, tenant: str, namespace: str) -> LLMRequest:
+    def _prepare(
+        self, api: Endpoint, raw: bytes, tenant: str, namespace: str, request: Request
+    ) -> LLMRequest:
         """:func:`prepare` of the body, remembered within a byte budget (:class:`RequestMemo`):
         a repeated request (what an exact hit is) skips parsing, validation and key hashing."""
-        key = (endpoint, tenant, namespace, raw)
+        headers = keyed_headers(api.path, request.headers.items()) if api.keyed_headers else ()
+        key = (api.path, tenant, namespace, headers, raw)
         req = self._memo.get(key)
         if req is None:
-            req = prepare(endpoint, loads(raw), tenant, namespace)
+            req = prepare(api.path, loads(raw), tenant, namespace, headers)
             self._memo.put(key, req)
         return req
 
-    def _hold(self, request: Request) -> UpstreamCall | Response:
+    def upstream_for(self, api: Endpoint | None) -> str:
+        """The base URL ``api``'s requests go to: its family's, else ``--upstream``."""
+        return self.upstream if api is None else self.upstreams.get(api.family, self.upstream)
+
+    def _hold(self, request: Request, api: Endpoint | None = None) -> UpstreamCall | Response:
         """A hold on the upstream for this request's caller, or the 429 to send when the caller
         holds :attr:`ProxySettings.max_upstream_per_caller` calls already."""
         client = request.client
@@ -214,51 +220,68 @@ class Proxy:
         if call is not None:
             return call
         self.metrics.errors.labels("caller_limit").inc()
-        resp = error_response(
-            429,
-            f"Too many concurrent requests from this caller: at most "
-            f"{self.limits.per_caller} may wait on the upstream at once. Retry after "
-            f"{RETRY_AFTER_S} s.",
-            type="rate_limit_error",
-            code="too_many_concurrent_requests",
+        resp = refusal(
+            RequestError(
+                f"Too many concurrent requests from this caller: at most "
+                f"{self.limits.per_caller} may wait on the upstream at once. Retry after "
+                f"{RETRY_AFTER_S} s.",
+                status=429,
+                type="rate_limit_error",
+                code="too_many_concurrent_requests",
+            ),
+            api,
         )
         resp.headers["retry-after"] = str(RETRY_AFTER_S)
         return resp
 
-    async def cached(self, request: Request, endpoint: str) -> Response:
+    async def cached(self, request: Request, api: Endpoint) -> Response:
         t0 = time.perf_counter()
-        label = _ENDPOINT_LABEL[endpoint]
+        label = api.label
         try:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
+            if BODY_CONTROLS.encode() in raw:  # LiteLLM's controls: honoured, never forwarded
+                body = loads(raw)
+                if BODY_CONTROLS in body:
+                    controls = strip_body_controls(body, controls)
+                    raw = dumps(body)
             tenant = self.tenants.for_headers(request.headers.items())
-            req = self._prepare(endpoint, raw, tenant, controls.namespace)
-            if endpoint == RESPONSES:
-                check_continuable(req.body.get("previous_response_id"))
+            req = self._prepare(api, raw, tenant, controls.namespace, request)
+            api.check_request(req.body)
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
-            return _error(exc)
+            return refusal(exc, api)
+        cfg = self.config.cache
+        controls, skip = sampling(req.body, controls, cfg.bucket_size, cfg.max_temperature)
         if req.passthrough is not None:  # state upstream: forwarded, never stored
             outcome, controls = PASSTHROUGH, dataclasses.replace(controls, no_store=True)
-        elif controls.no_cache:
+        elif controls.no_cache or skip is not None:
             outcome = {"x-cachekit-cache": "BYPASS"}
+            if skip is not None:
+                outcome["x-cachekit-reason"] = skip
         else:
             found = await self.llm.alookup(
-                req, max_age=controls.max_age, min_similarity=controls.threshold
+                req,
+                max_age=controls.max_age,
+                min_similarity=controls.threshold,
+                bucket=controls.bucket or 1,
             )
             if found.hit:
                 return self._hit(req, found, label, t0)
-            outcome = miss_headers(found)
+            outcome = miss_headers(found, req.exact_only)
             if found.reason:
                 self.metrics.refused(refusal_kind(found.reason))
         self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
         if controls.only_if_cached:  # never upstream, a passed-through request included
-            return error_response(
-                504,
+            not_cached = RequestError(
                 "Not in the cache (Cache-Control: only-if-cached).",
+                status=504,
                 type="cache_miss",
                 code="not_cached",
             )
+            response = refusal(not_cached, api)
+            response.headers.update(outcome)  # why not: a reason, a bucket still filling
+            return response
         return await self._miss(request, req, raw, controls, outcome)
 
     def _hit(self, req: LLMRequest, found: CacheLookup, label: str, t0: float) -> Response:
@@ -272,17 +295,19 @@ class Proxy:
             if "id" in response:
                 headers["x-cachekit-response-id"] = str(response["id"])
         usage = response.get("usage")
+        counts = req.api.usage_counts(usage)
+        if counts is not None:
+            headers["x-cachekit-tokens-saved"] = f"{counts[0] + counts[1]}"
+        if self.config.cache.hit_usage == "zero":
+            response = req.api.without_usage(response)
         model = str(response.get("model") or req.model)[:80]
         metrics = self.metrics
         metrics.child(metrics.requests, label, kind).inc()
-        metrics.saved(model, usage, self.prices.cost(model, usage))
+        metrics.saved(model, counts, self.prices.cost(model, usage))
         metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
-        if req.stream and req.endpoint != EMBEDDINGS:
-            pieces = self.config.proxy.stream_pieces
-            events = (
-                responses_sse(response, pieces=pieces)
-                if req.endpoint == RESPONSES
-                else sse_stream(response, include_usage=req.include_usage, pieces=pieces)
+        if req.stream:
+            events = req.api.replay(
+                response, include_usage=req.include_usage, pieces=self.config.proxy.stream_pieces
             )
             return StreamingResponse(aiter(events), media_type="text/event-stream", headers=headers)
         return Response(dumps(response), media_type=JSON, headers=headers)
@@ -295,7 +320,7 @@ class Proxy:
         client continuing from it would continue. A request continuing from a fresh id is
         refused with the reason (:func:`~cachekit.llm.hit_ids.check_continuable`). Remembered
         with its tenant for :meth:`feedback`."""
-        rid = hit_id(response.get("id"), req.endpoint)
+        rid = req.api.hit_id(response.get("id"))
         ref = self.llm.feedback_ref(req)
         if ref is not None:
             hits = self._hits
@@ -330,23 +355,25 @@ class Proxy:
         self.metrics.feedback.labels(verdict, "true" if recorded else "false").inc()
         return Response(dumps({"recorded": recorded}), media_type=JSON)
 
-    def _upstream_error(self, exc: Exception) -> Response:
+    def _upstream_error(self, exc: Exception, api: Endpoint | None = None) -> Response:
         self.upstream_health.record(*describe(None, exc))
         if isinstance(exc, httpx.TimeoutException):
             self.metrics.errors.labels("upstream_timeout").inc()
-            return error_response(
-                504,
+            error = RequestError(
                 f"The upstream did not answer in time ({exc!r}).",
+                status=504,
                 type="upstream_error",
                 code="upstream_timeout",
             )
-        self.metrics.errors.labels("upstream_unreachable").inc()
-        return error_response(
-            502,
-            f"The upstream could not be reached ({exc!r}).",
-            type="upstream_error",
-            code="upstream_unreachable",
-        )
+        else:
+            self.metrics.errors.labels("upstream_unreachable").inc()
+            error = RequestError(
+                f"The upstream could not be reached ({exc!r}).",
+                status=502,
+                type="upstream_error",
+                code="upstream_unreachable",
+            )
+        return refusal(error, api)
 
     async def _miss(
         self,
@@ -358,26 +385,22 @@ class Proxy:
     ) -> Response:
         """Ask the upstream, answer the client, and store the answer when it may be: a whole
         response after it was sent, a stream (relayed event by event) once it completed."""
-        stream = req.stream and req.endpoint != EMBEDDINGS
-        inject = (
-            stream
-            and req.endpoint != RESPONSES  # its final event carries the usage anyway
-            and self.config.proxy.stream_usage
-            and not req.include_usage
-        )
-        content = raw
-        if inject:  # ask for usage (tokens saved are counted from it), and drop it on the way
-            so = req.body.get("stream_options") or {}
-            content = dumps({**req.body, "stream_options": {**so, "include_usage": True}})
-        call = self._hold(request)
+        stream = req.stream
+        # Ask for usage (tokens saved are counted from it), and drop it on the way.
+        asked = None
+        if stream and self.config.proxy.stream_usage:
+            asked = req.api.upstream_body(req.body)
+        inject = asked is not None
+        content = raw if asked is None else dumps(asked)
+        call = self._hold(request, req.api)
         if isinstance(call, Response):
-            return _tagged(call, outcome)
+            return tagged(call, outcome)
         t0 = time.perf_counter()
         relayed = False  # from then on, the relay releases the hold, however it ends
         try:
             resp = await self._send(request, req, content, stream, call)
             if isinstance(resp, Response):  # the upstream could not be asked
-                return _tagged(resp, outcome)
+                return tagged(resp, outcome)
             if stream:
                 out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
                 out.update(outcome)
@@ -392,9 +415,7 @@ class Proxy:
         if len(resp.content) > self.config.proxy.max_answer_bytes:
             self.metrics.not_kept("too_large")
         elif not controls.no_store:
-            task = BackgroundTask(
-                self._store_answer, req, resp.status_code, resp.content, controls.ttl
-            )
+            task = BackgroundTask(self._store_answer, req, resp.status_code, resp.content, controls)
         return Response(resp.content, status_code=resp.status_code, headers=out, background=task)
 
     async def _send(
@@ -406,7 +427,7 @@ class Proxy:
         assert self.client is not None
         upstream_req = self.client.build_request(
             "POST",
-            self.upstream + req.endpoint,
+            self.upstream_for(req.api) + req.endpoint,
             content=content,
             headers=forward_headers(request.headers, identity=True),
         )
@@ -414,32 +435,30 @@ class Proxy:
         try:
             resp = await self.client.send(upstream_req, stream=stream)
         except httpx.HTTPError as exc:
-            return self._upstream_error(exc)
+            return self._upstream_error(exc, req.api)
         self.upstream_health.reached()
         return resp
 
     def _left(self, req: LLMRequest, t0: float, call: UpstreamCall) -> None:
         """One upstream call ended: its hold released, its latency recorded."""
         call.release()
-        self.metrics.upstream_latency.labels(_ENDPOINT_LABEL[req.endpoint]).observe(
-            time.perf_counter() - t0
-        )
+        self.metrics.upstream_latency.labels(req.api.label).observe(time.perf_counter() - t0)
 
     async def _store_answer(
-        self, req: LLMRequest, status: int, content: bytes, ttl: float | None
+        self, req: LLMRequest, status: int, content: bytes, controls: Controls
     ) -> None:
         try:
             body = json.loads(content) if 200 <= status < 300 else None
         except ValueError:
             body = None
-        await self._store(req, status, body, ttl)
+        await self._store(req, status, body, controls)
 
-    async def _store(self, req: LLMRequest, status: int, body: Any, ttl: float | None) -> None:
+    async def _store(self, req: LLMRequest, status: int, body: Any, controls: Controls) -> None:
         ok, reason = self.llm.cacheable(req.endpoint, status, body)
         if not ok:
             self.metrics.not_kept(reason.split(" ")[0])
             return
-        if await self.llm.astore(req, body, ttl=ttl):
+        if await self.llm.astore(req, body, ttl=controls.ttl, bucket=controls.bucket or 1):
             self.metrics.stored.inc()
 
     async def _relay_response(
@@ -459,7 +478,7 @@ class Proxy:
             try:
                 data = await resp.aread()
             except httpx.HTTPError as exc:
-                return _tagged(self._upstream_error(exc), out)
+                return tagged(self._upstream_error(exc, req.api), out)
             finally:
                 await release()
             self.metrics.not_kept("status")
@@ -497,14 +516,13 @@ class Proxy:
     ) -> AsyncIterator[bytes]:
         """Upstream events to the client as they arrive; the assembled answer is stored only
         if the stream completed. A broken upstream stream breaks the client's too."""
-        kind = ResponsesStreamAssembler if req.endpoint == RESPONSES else StreamAssembler
-        asm = kind(max_answer_bytes=self.config.proxy.max_answer_bytes)
+        asm = req.api.assembler(max_answer_bytes=self.config.proxy.max_answer_bytes)
         finished = False
         try:
             async for data in resp.aiter_raw():
                 events = asm.feed_events(data)
                 if drop_usage:
-                    events = [(e, c) for e, c in events if not _usage_only(c)]
+                    events = [(e, c) for e, c in events if not req.api.drop_event(c)]
                 out = b"".join(e for e, _ in events)
                 if out:
                     yield out
@@ -517,7 +535,7 @@ class Proxy:
             if why is not None:
                 self.metrics.not_kept(why)
             elif not controls.no_store:
-                self._spawn(self._store(req, 200, asm.result(), controls.ttl))
+                self._spawn(self._store(req, 200, asm.result(), controls))
 
     # ------------------------------------------------------------------ everything else
 
@@ -526,25 +544,28 @@ class Proxy:
         (within ``max_passthrough_body_bytes`` and the body deadline), under the caller's bound
         on upstream calls; the answer relayed as raw bytes."""
         assert self.client is not None
+        api = api_under(request.url.path)
         try:
             caller_key(request.headers.items())  # one credential, as on the cached endpoints
             check_continuable(response_id_in(request.url.path), status=404)
         except RequestError as exc:
             self.metrics.errors.labels("bad_request").inc()
-            return _tagged(_error(exc), PASSTHROUGH)
+            return tagged(refusal(exc, api), PASSTHROUGH)
         self.metrics.passthrough.inc()
-        call = self._hold(request)
+        call = self._hold(request, api)
         if isinstance(call, Response):
-            return _tagged(call, PASSTHROUGH)
+            return tagged(call, PASSTHROUGH)
         response = None
         try:
-            response = await self._forward(request, call)
+            response = await self._forward(request, call, api)
             return response
         finally:
             if not isinstance(response, RelayResponse):  # a relay releases it when it ends
                 call.release()
 
-    async def _forward(self, request: Request, call: UpstreamCall) -> Response:
+    async def _forward(
+        self, request: Request, call: UpstreamCall, api: Endpoint | None = None
+    ) -> Response:
         """:meth:`passthrough`'s body read and upstream call: an error response, or the relay
         of the upstream's answer, which owns ``call`` and releases it however it ends."""
         assert self.client is not None
@@ -556,8 +577,8 @@ class Proxy:
                 )
             except RequestError as exc:
                 self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
-                return _tagged(_error(exc), PASSTHROUGH)
-        url = self.upstream + request.url.path
+                return tagged(refusal(exc, api), PASSTHROUGH)
+        url = self.upstream_for(api) + request.url.path
         if request.url.query:
             url += "?" + request.url.query
         upstream_req = self.client.build_request(
@@ -570,7 +591,7 @@ class Proxy:
         try:
             resp = await self.client.send(upstream_req, stream=True)
         except httpx.HTTPError as exc:
-            return _tagged(self._upstream_error(exc), PASSTHROUGH)
+            return tagged(self._upstream_error(exc, api), PASSTHROUGH)
         self.upstream_health.reached()
 
         async def release() -> None:
@@ -617,23 +638,8 @@ class Proxy:
         }
 
 
-def _tagged(response: Response, outcome: dict[str, str]) -> Response:
-    """``response`` (one the proxy made itself: an upstream error) with the cache's word on the
-    request in ``x-cachekit-cache``, as every answer to a proxied request has."""
-    response.headers["x-cachekit-cache"] = outcome["x-cachekit-cache"]
-    return response
-
-
-def _error(exc: RequestError) -> Response:
-    return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
-
-
 #: The errors metric's reason for a request error's status (anything else: bad_request).
 _ERROR_REASON = {413: "too_large", 408: "body_timeout", 499: "client_disconnected"}
-
-
-def _usage_only(chunk: Any) -> bool:
-    return isinstance(chunk, dict) and chunk.get("choices") == [] and bool(chunk.get("usage"))
 
 
 def create_app(
@@ -652,9 +658,9 @@ def create_app(
         finally:
             await proxy.stop()
 
-    def cached(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
+    def cached(api: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
-            return await proxy.cached(request, endpoint)
+            return await proxy.cached(request, api)
 
         return route
 
@@ -664,7 +670,7 @@ def create_app(
     async def metrics(request: Request) -> Response:
         return Response(await proxy.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    routes = [Route(path, cached(path), methods=["POST"]) for path in CACHED_ROUTES]
+    routes = [Route(api.path, cached(api), methods=["POST"]) for api in ENDPOINTS.values()]
     routes += [
         Route(FEEDBACK_PATH, proxy.feedback, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -678,8 +684,6 @@ def create_app(
     return app
 
 
-#: The cached routes, each answered by :meth:`Proxy.cached` for its endpoint.
-CACHED_ROUTES = (CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES)
 #: Every method a passthrough route forwards.
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cachekit.llm import LLMCacheConfig
+from cachekit.llm import ENDPOINTS, LLMCacheConfig
 
 __all__ = [
     "ENV_VAR",
@@ -45,6 +45,9 @@ class ProxySettings:
     """The ``[proxy]`` table."""
 
     upstream: str = ""
+    #: An upstream per API family (``openai``, ``anthropic``; the ``[proxy.upstreams]`` table),
+    #: for the families not served by :attr:`upstream` (gateways serve both: the default).
+    upstreams: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
@@ -131,6 +134,13 @@ class ProxyConfig:
         if not p.upstream:
             raise ValueError(NO_UPSTREAM)
         check_upstream_url(p.upstream)
+        families = {api.family for api in ENDPOINTS.values()}
+        for family, url in p.upstreams.items():
+            if family not in families:
+                raise ValueError(
+                    f"unknown API family {family!r} in [proxy.upstreams]; known: {sorted(families)}"
+                )
+            check_upstream_url(url)
         positive: tuple[str, ...] = ("max_body_bytes", "max_passthrough_body_bytes", "workers")
         positive += ("max_answer_bytes", "stream_pieces", "metrics_max_models", "max_connections")
         bad = [f"{n}={getattr(p, n)!r}" for n in positive if not _count_at_least(getattr(p, n), 1)]

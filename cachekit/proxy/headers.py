@@ -4,22 +4,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from cachekit.llm import CacheLookup, RequestError
+from cachekit.llm.buckets import MAX_BUCKET
 
 __all__ = [
+    "BODY_CONTROLS",
     "HOP_BY_HOP",
     "UPSTREAM_DROP_RESPONSE",
     "Controls",
+    "body_controls",
     "forward_headers",
     "miss_headers",
     "parse_controls",
     "response_headers",
+    "sampling",
+    "strip_body_controls",
 ]
 
 #: Header lines that belong to one connection, never forwarded.
@@ -56,9 +63,22 @@ class Controls:
     ttl: float | None = None
     threshold: float | None = None
     namespace: str = ""
+    #: Answers kept per key for sampled requests (``x-cachekit-bucket-size``); ``None``: the
+    #: config's ``bucket_size``.
+    bucket: int | None = None
+    #: Requests sampled above this temperature skip the cache (``x-cachekit-max-temperature``);
+    #: ``None``: the config's ``max_temperature``.
+    max_temperature: float | None = None
 
 
 _DEFAULT_CONTROLS = Controls()
+_CONTROL_HEADERS = (
+    "x-cachekit-ttl",
+    "x-cachekit-threshold",
+    "x-cachekit-namespace",
+    "x-cachekit-bucket-size",
+    "x-cachekit-max-temperature",
+)
 #: A number in a header: ASCII digits only (``str.isdigit`` and ``float`` accept others).
 _DECIMAL = re.compile(r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 
@@ -96,9 +116,7 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
     """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
     ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
     cc = _header(headers, "cache-control")
-    if cc is None and not any(
-        h in headers for h in ("x-cachekit-ttl", "x-cachekit-threshold", "x-cachekit-namespace")
-    ):
+    if cc is None and not any(h in headers for h in _CONTROL_HEADERS):
         return _DEFAULT_CONTROLS
     no_cache = no_store = only_if_cached = False
     max_age: float | None = None
@@ -132,7 +150,62 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
         _number(headers, "x-cachekit-ttl", 0.0, 10 * 365 * 86400.0, True),
         _number(headers, "x-cachekit-threshold", 0.0, 1.0, True),
         namespace,
+        _bucket(headers),
+        _number(headers, "x-cachekit-max-temperature", 0.0, 2.0, False),
     )
+
+
+def _bucket(headers: Mapping[str, str]) -> int | None:
+    raw = _header(headers, "x-cachekit-bucket-size")
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_BUCKET):
+        raise RequestError(
+            f"header x-cachekit-bucket-size must be an integer from 1 to {MAX_BUCKET}, "
+            f"got {raw[:40]!r}",
+            param="x-cachekit-bucket-size",
+        )
+    return int(text)
+
+
+#: The body field LiteLLM's clients send cache controls in (``"cache": {"no-cache": true}``):
+#: honoured, and stripped before the request is keyed or forwarded.
+BODY_CONTROLS = "cache"
+_BODY_KEYS = {"no-cache": bool, "no-store": bool, "ttl": float, "s-maxage": float, "namespace": str}
+
+
+def body_controls(controls: Controls, value: Any) -> Controls:
+    """``controls`` with a request body's ``"cache"`` object (LiteLLM's per-request controls:
+    ``no-cache``, ``no-store``, ``ttl``, ``s-maxage``, ``namespace``) applied on top;
+    :class:`RequestError` naming the field when it is not such an object."""
+    if not isinstance(value, dict) or not set(value) <= set(_BODY_KEYS):
+        raise RequestError(
+            f"'cache' must be an object of {sorted(_BODY_KEYS)} (LiteLLM's cache controls)",
+            param=BODY_CONTROLS,
+        )
+    for name, kind in _BODY_KEYS.items():
+        v = value.get(name)
+        ok = v is None or (isinstance(v, kind) if kind is not float else _is_seconds(v))
+        if not ok:
+            raise RequestError(f"'cache.{name}' must be a {kind.__name__}", param=BODY_CONTROLS)
+    namespace = value.get("namespace")
+    if namespace is not None and not _NAMESPACE.fullmatch(namespace):
+        raise RequestError(
+            "'cache.namespace' must be 1-64 characters of A-Z a-z 0-9 . _ : -", param=BODY_CONTROLS
+        )
+    return dataclasses.replace(
+        controls,
+        no_cache=controls.no_cache or bool(value.get("no-cache")),
+        no_store=controls.no_store or bool(value.get("no-store")),
+        ttl=value["ttl"] if value.get("ttl") is not None else controls.ttl,
+        max_age=value["s-maxage"] if value.get("s-maxage") is not None else controls.max_age,
+        namespace=namespace or controls.namespace,
+    )
+
+
+def _is_seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 10 * 365 * 86400
 
 
 def forward_headers(headers: Mapping[str, str], *, identity: bool) -> list[tuple[str, str]]:
@@ -151,17 +224,47 @@ def forward_headers(headers: Mapping[str, str], *, identity: bool) -> list[tuple
     return out
 
 
-def miss_headers(found: CacheLookup) -> dict[str, str]:
+def miss_headers(found: CacheLookup, exact_only: str | None = None) -> dict[str, str]:
     """A miss's headers: ``x-cachekit-cache: MISS`` and, when an entry was near, its similarity
-    and why it was not served (``x-cachekit-reason``: ASCII, at most 200 characters)."""
+    and why it was not served (``x-cachekit-reason``: ASCII, at most 200 characters); for a
+    request compared exactly only, why (``exact only: tool result``)."""
     out = {"x-cachekit-cache": "MISS"}
     if found.similarity is not None:
         out["x-cachekit-similarity"] = f"{found.similarity:.4f}"
-    if found.reason:
-        text = found.reason.encode("ascii", "backslashreplace").decode("ascii")
+    reason = found.reason or (f"exact only: {exact_only}" if exact_only else None)
+    if reason:
+        text = reason.encode("ascii", "backslashreplace").decode("ascii")
         out["x-cachekit-reason"] = "".join(c if c.isprintable() else " " for c in text)[:200]
     return out
 
 
 def response_headers(headers: httpx.Headers, drop: frozenset[str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in drop}
+
+
+def strip_body_controls(body: dict[str, Any], controls: Controls) -> Controls:
+    """``controls`` with a body's LiteLLM ``"cache"`` object (:func:`body_controls`) applied,
+    the object taken out of ``body``: it is neither keyed nor forwarded (the upstream would
+    refuse it)."""
+    if BODY_CONTROLS not in body:
+        return controls
+    return body_controls(controls, body.pop(BODY_CONTROLS))
+
+
+def sampling(
+    body: Mapping[str, Any], controls: Controls, bucket_size: int, max_temperature: float | None
+) -> tuple[Controls, str | None]:
+    """``controls`` with the request's bucket size resolved (asked for, else ``bucket_size`` for
+    a sampled request: temperature not 0, absent meaning the APIs' default of 1), and why a
+    request sampled above the maximum temperature (the header's, else ``max_temperature``)
+    skips the cache when it asked for no bucket, else ``None``."""
+    temperature = body.get("temperature")
+    temperature = 1.0 if not isinstance(temperature, (int, float)) else float(temperature)
+    bucket = controls.bucket
+    if bucket is None and bucket_size > 1 and temperature != 0:
+        bucket = bucket_size
+    limit = max_temperature if controls.max_temperature is None else controls.max_temperature
+    if bucket is None and limit is not None and temperature > limit:
+        skip = f"temperature {temperature:g} > {limit:g}"
+        return dataclasses.replace(controls, no_store=True), skip
+    return dataclasses.replace(controls, bucket=bucket or 1), None

@@ -1,5 +1,5 @@
-"""The proxy's HTTP pieces that know nothing of caching: JSON in and out, OpenAI-style error
-bodies, a body read within its limit, and a streamed response that releases its upstream."""
+"""The proxy's HTTP pieces that know nothing of caching: JSON in and out, error bodies in each
+API's shape, a body read within its limit, and a streamed response that releases its upstream."""
 
 from __future__ import annotations
 
@@ -10,18 +10,21 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from cachekit.llm import RequestError, parse_body
+from cachekit.llm import ENDPOINTS, Endpoint, RequestError, parse_body
 from cachekit.llm.rules import check_depth
 
 __all__ = [
     "JSON",
     "RelayResponse",
     "aiter",
+    "api_under",
     "body_within",
     "dumps",
     "error_response",
     "http_error",
     "loads",
+    "refusal",
+    "tagged",
 ]
 
 JSON = "application/json"
@@ -122,3 +125,25 @@ async def http_error(request: Request, exc: Exception) -> Response:
         return error_response(405, f"Method not allowed: {where}.", code="method_not_allowed")
     detail = getattr(exc, "detail", None) or "error"
     return error_response(status, str(detail), code=None)
+
+
+def api_under(path: str) -> Endpoint | None:
+    """The endpoint whose path ``path`` is or lies under (``/v1/messages/count_tokens``: the
+    Messages API's family and error shape), else ``None``."""
+    for api in ENDPOINTS.values():
+        if path == api.path or path.startswith(api.path + "/"):
+            return api
+    return None
+
+
+def refusal(exc: RequestError, api: Endpoint | None = None) -> Response:
+    """The response refusing a request, in its API's error shape (OpenAI's without one)."""
+    body = exc.body() if api is None else api.error_body(exc)
+    return Response(dumps(body), status_code=exc.status, media_type=JSON)
+
+
+def tagged(response: Response, outcome: dict[str, str]) -> Response:
+    """``response`` (one the proxy made itself: an upstream error) with the cache's word on the
+    request in ``x-cachekit-cache``, as every answer to a proxied request has."""
+    response.headers["x-cachekit-cache"] = outcome["x-cachekit-cache"]
+    return response

@@ -25,8 +25,8 @@ __all__ = [
     "parsed_size",
 ]
 
-#: ``(endpoint, tenant, namespace, body)``.
-MemoKey = tuple[str, str, str, bytes]
+#: ``(endpoint, tenant, namespace, keyed headers, body)``.
+MemoKey = tuple[str, str, str, tuple[tuple[str, str], ...], bytes]
 
 #: Bytes of parsed requests remembered in all.
 MEMO_MAX_BYTES = 32 * 2**20
@@ -80,14 +80,14 @@ class RequestMemo:
         return len(self._entries)
 
     def get(self, key: MemoKey) -> LLMRequest | None:
-        if len(key[3]) > self.max_body:  # never kept: not worth hashing a large body for
+        if len(key[-1]) > self.max_body:  # never kept: not worth hashing a large body for
             return None
         found = self._entries.get(key)
         return None if found is None else found[0]
 
     def put(self, key: MemoKey, req: LLMRequest) -> None:
         """Remember ``req`` under ``key`` (whose last item is the body) if it fits."""
-        raw = key[3]
+        raw = key[-1]
         if len(raw) > self.max_body or key in self._entries:
             return
         size = sys.getsizeof(raw) + estimated_size(raw) + 2 * sys.getsizeof(req.text or "")

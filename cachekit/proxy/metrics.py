@@ -202,15 +202,13 @@ class ProxyMetrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
-    def saved(self, model: str, usage: Any, dollars: float | None) -> None:
-        """A hit saved ``usage``'s tokens (chat and completions' prompt/completion counts, the
-        Responses API's input/output ones) and ``dollars`` (``None``: unpriced)."""
+    def saved(self, model: str, counts: tuple[int, int] | None, dollars: float | None) -> None:
+        """A hit saved ``counts``, its ``(input, output)`` tokens as its endpoint reads its usage
+        (``None``: unknown), and ``dollars`` (``None``: unpriced)."""
         model = self.model_label(model)
-        if isinstance(usage, dict):
-            for kinds, label in _TOKEN_KINDS:
-                n = usage.get(kinds[0], usage.get(kinds[1]))
-                if isinstance(n, int) and n > 0:
-                    self.child(self.tokens_saved, model, label).inc(n)
+        for n, label in zip(counts or (), ("prompt", "completion"), strict=False):
+            if n > 0:
+                self.child(self.tokens_saved, model, label).inc(n)
         if dollars is None:
             self.child(self.unpriced_hits, model).inc()
         else:
@@ -224,11 +222,3 @@ class ProxyMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-#: Usage counts by the label of ``tokens_saved``: chat and completions name them one way, the
-#: Responses API the other.
-_TOKEN_KINDS = (
-    (("prompt_tokens", "input_tokens"), "prompt"),
-    (("completion_tokens", "output_tokens"), "completion"),
-)

@@ -24,19 +24,16 @@ from urllib.parse import urlsplit
 from cachekit.cache import Status
 from cachekit.llm import (
     PRICES_AS_OF,
-    RESPONSES,
     CacheLookup,
+    Endpoint,
     LLMCacheConfig,
     LLMRequest,
     PriceTable,
     RequestError,
-    ResponsesStreamAssembler,
-    StreamAssembler,
     build_cache,
     cacheable_response,
     endpoint_of,
     prepare,
-    sse_event,
 )
 from cachekit.replay.capacity import rate_from_timestamps
 from cachekit.replay.logs import LogRecord, ParsedLog, Skipped, read_log
@@ -106,50 +103,9 @@ def _last_message(body: dict[str, Any]) -> str:
     return str(body.get("prompt", body.get("input", "")))[:500]
 
 
-def _assemble(body: Any, endpoint: str = "") -> tuple[dict[str, Any] | None, bool]:
-    """``(completion, complete)`` of a logged response: a completion object as is; a stream
-    logged as SSE text or as a list of chunk (or Responses event) objects assembled as the
-    proxy assembles it."""
-    if isinstance(body, dict):
-        return body, True
-    if endpoint == RESPONSES:
-        return _assemble_events(body)
-    asm = StreamAssembler()
-    if isinstance(body, str):
-        asm.feed(body.encode("utf-8"))
-    elif isinstance(body, list):
-        # A client that logged chunk objects read the stream to its end: mark it finished
-        # unless it recorded the terminator itself.
-        for item in body:
-            asm.feed(b"data: [DONE]\n\n" if item == "[DONE]" else sse_event(item))
-        if "[DONE]" not in body:
-            asm.feed(b"data: [DONE]\n\n")
-    else:
-        return None, False
-    return asm.result(), asm.complete
-
-
-def _assemble_events(body: Any) -> tuple[dict[str, Any] | None, bool]:
-    """A Responses API stream logged as SSE text or as a list of event objects."""
-    asm = ResponsesStreamAssembler()
-    if isinstance(body, str):
-        asm.feed(body.encode("utf-8"))
-    elif isinstance(body, list):
-        for item in body:
-            asm.feed(sse_event(item))
-    else:
-        return None, False
-    return asm.result(), asm.complete
-
-
-def _usage(body: dict[str, Any] | None) -> Usage:
-    u = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(u, dict):
-        return Usage(0, 0)
-    # Chat and completions: prompt/completion tokens; the Responses API: input/output tokens.
-    p = u.get("prompt_tokens", u.get("input_tokens"))
-    c = u.get("completion_tokens", u.get("output_tokens"))
-    return Usage(p if isinstance(p, int) else 0, c if isinstance(c, int) else 0)
+def _usage(body: dict[str, Any] | None, api: Endpoint) -> Usage:
+    counts = api.usage_counts(body.get("usage") if isinstance(body, dict) else None)
+    return Usage(*counts) if counts is not None else Usage(0, 0)
 
 
 def prepare_log(parsed: ParsedLog, config: LLMCacheConfig) -> Prepared:
@@ -165,7 +121,7 @@ def prepare_log(parsed: ParsedLog, config: LLMCacheConfig) -> Prepared:
         except RequestError:
             out.skipped.add(INVALID_REQUEST, f"line {rec.line}")
             continue
-        body, complete = _assemble(rec.response, endpoint)
+        body, complete = req.api.assemble_logged(rec.response)
         ok = (
             complete
             and cacheable_response(
@@ -179,7 +135,7 @@ def prepare_log(parsed: ParsedLog, config: LLMCacheConfig) -> Prepared:
         out.records.append(rec)
         out.requests.append(req)
         out.responses.append(body if ok else None)
-        out.usage.append(_usage(body) if 200 <= rec.status_code < 300 else Usage(0, 0))
+        out.usage.append(_usage(body, req.api) if 200 <= rec.status_code < 300 else Usage(0, 0))
         out.models.append(req.model)
         out.texts.append((req.text or "") if config.semantic else "")
         out.shown.append(req.text or _last_message(rec.request))

@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible upstream for tests and benchmarks (never for production).
+"""A fake OpenAI- and Anthropic-compatible upstream for tests and benchmarks (never for
+production).
 
 Deterministic answers, served over real HTTP: ``FakeUpstream().app`` is an ASGI app, and
 ``python -m cachekit.testing.upstream --port N [--latency S]`` serves it under uvicorn. The model
@@ -25,6 +26,9 @@ has ``tools``). The model names above work there too, and:
 * ``fake-failed``: ``status: failed`` with an ``error`` (streamed: ends with ``response.failed``);
 * ``fake-refusal``: the message is a ``refusal`` part instead of ``output_text``.
 
+``POST /v1/messages`` (and ``/v1/messages/count_tokens``) speaks Anthropic's Messages API, whole
+or streamed: :mod:`cachekit.testing.fake_messages` says how, and which model names it honours.
+
 Other routes: ``GET /v1/models``; ``/v1/echo/...`` (any method) answers with what it received,
 with the status given by the ``status`` query parameter; ``GET /v1/stream-echo?n=K`` streams K
 lines.
@@ -46,6 +50,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from cachekit.testing.fake_messages import message_routes
 
 __all__ = ["FakeUpstream", "UpstreamServer"]
 
@@ -181,7 +187,8 @@ class FakeUpstream:
         """Requests received on ``path``."""
         return sum(1 for c in self.calls if c["path"] == path)
 
-    def _answer_number(self) -> int:
+    def next_answer(self) -> int:
+        """The next answer's number (1, 2, ...), one counter for every route."""
         with self._lock:
             self.answers += 1
             return self.answers
@@ -193,7 +200,7 @@ class FakeUpstream:
         choices: list[dict[str, Any]] = []
         words = 0
         for i in range(int(body.get("n") or 1)):
-            answer = f"Answer #{self._answer_number()} to: {text}"
+            answer = f"Answer #{self.next_answer()} to: {text}"
             words += len(answer.split())
             if not chat:
                 choices.append(
@@ -319,7 +326,7 @@ class FakeUpstream:
         """A final Responses API object answering ``body``, its status as the model name asks."""
         text = _input_text(body)
         model = body.get("model", "")
-        n = self._answer_number()
+        n = self.next_answer()
         item = self._output_item(body, text, n)
         said = item.get("arguments") or " ".join(
             p.get("text") or p.get("refusal") or "" for p in item.get("content", [])
@@ -375,7 +382,7 @@ class FakeUpstream:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
-    async def _record(self, request: Request) -> tuple[dict[str, Any], bytes]:
+    async def record(self, request: Request) -> tuple[dict[str, Any], bytes]:
         """Record ``request`` in :attr:`calls` (after :attr:`latency`); its JSON body and bytes."""
         raw = await request.body()
         try:
@@ -415,7 +422,7 @@ class FakeUpstream:
             else [{**done, "choices": [c]} for c in done["choices"]]
         )
         frames = [*map(_event, chunks), b"data: [DONE]\n\n"]
-        events = self._events(frames, broken=model == "fake-break", gated=model == "fake-gated")
+        events = self.frames(frames, broken=model == "fake-break", gated=model == "fake-gated")
         return StreamingResponse(events, media_type="text/event-stream")
 
     async def _respond(self, body: dict[str, Any]) -> Response:
@@ -431,14 +438,14 @@ class FakeUpstream:
                 return _error(502, "broken")
             return JSONResponse(done)
         frames = [_typed_event(e) for e in _response_events(done)]
-        events = self._events(frames, broken=model == "fake-break", gated=model == "fake-gated")
+        events = self.frames(frames, broken=model == "fake-break", gated=model == "fake-gated")
         return StreamingResponse(events, media_type="text/event-stream")
 
-    async def _events(
+    async def frames(
         self, frames: list[bytes], *, broken: bool, gated: bool
     ) -> AsyncIterator[bytes]:
-        """The SSE ``frames`` one by one; ``broken`` breaks off after the third, ``gated`` waits
-        for :attr:`gate` before the third."""
+        """The SSE ``frames`` one by one (the body of a streamed answer); ``broken`` breaks off
+        after the third, ``gated`` waits for :attr:`gate` before the third."""
         for k, frame in enumerate(frames):
             if broken and k == 3:
                 raise ConnectionResetError("the fake upstream broke off on purpose")
@@ -450,25 +457,25 @@ class FakeUpstream:
     def _build(self) -> Any:
 
         async def chat(request: Request) -> Response:
-            body, _ = await self._record(request)
+            body, _ = await self.record(request)
             return await self._generate(body, chat=True)
 
         async def completions(request: Request) -> Response:
-            body, _ = await self._record(request)
+            body, _ = await self.record(request)
             return await self._generate(body, chat=False)
 
         async def responses(request: Request) -> Response:
-            body, _ = await self._record(request)
+            body, _ = await self.record(request)
             return await self._respond(body)
 
         async def embeddings(request: Request) -> Response:
-            body, _ = await self._record(request)
+            body, _ = await self.record(request)
             if body.get("model") == "fake-error":
                 return _error(500, "the fake upstream failed on purpose")
             return JSONResponse(self._embeddings(body))
 
         async def models(request: Request) -> Response:
-            await self._record(request)
+            await self.record(request)
             return JSONResponse(
                 {
                     "object": "list",
@@ -484,7 +491,7 @@ class FakeUpstream:
             )
 
         async def echo(request: Request) -> Response:
-            _, raw = await self._record(request)
+            _, raw = await self.record(request)
             status = int(request.query_params.get("status", "200"))
             return JSONResponse(
                 {
@@ -499,7 +506,7 @@ class FakeUpstream:
             )
 
         async def stream_echo(request: Request) -> Response:
-            await self._record(request)
+            await self.record(request)
             n = int(request.query_params.get("n", "3"))
 
             async def lines() -> AsyncIterator[bytes]:
@@ -518,6 +525,7 @@ class FakeUpstream:
                 Route("/v1/models", models, methods=["GET"]),
                 Route("/v1/echo/{rest:path}", echo, methods=ECHO_METHODS),
                 Route("/v1/stream-echo", stream_echo, methods=["GET"]),
+                *message_routes(self),
             ]
         )
 
