@@ -63,7 +63,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="Batch API input file, or a JSONL of {request, response, latency_ms, "
         "timestamp} records",
     )
-    p.add_argument("--outputs", metavar="OUTPUT.jsonl", help="the Batch API output file")
+    p.add_argument(
+        "--outputs",
+        metavar="OUTPUT.jsonl",
+        help="the Batch API output file (or Anthropic Message Batches results file)",
+    )
     p.add_argument("--truth", metavar="TRUTH.jsonl", help="ground truth: judge every hit")
     which = p.add_mutually_exclusive_group()
     which.add_argument(

@@ -1,4 +1,5 @@
-"""Reading request logs: OpenAI Batch API files, or one JSONL of request/response records.
+"""Reading request logs: OpenAI Batch API files, Anthropic Message Batches files, or one JSONL of
+request/response records.
 
 A line that cannot be replayed is skipped and accounted for (:class:`Skipped`), never raised
 and never dropped silently: a report that quietly ignores a tenth of the log would overstate
@@ -13,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "FIRST_LINES_KEPT",
@@ -23,6 +24,7 @@ __all__ = [
     "field_at",
     "read_batch",
     "read_log",
+    "read_message_batch",
     "read_records",
 ]
 
@@ -36,6 +38,12 @@ UNKNOWN_ENDPOINT = "unknown_endpoint"
 OUTPUT_WITHOUT_INPUT = "output_without_input"
 INPUT_WITHOUT_OUTPUT = "input_without_output"
 DUPLICATE_ID = "duplicate_custom_id"
+# A Message Batches request that was never processed: its result type.
+CANCELED = "canceled"
+EXPIRED = "expired"
+
+#: The endpoint of every Message Batches request.
+MESSAGES_URL = "/v1/messages"
 
 
 @dataclass(slots=True)
@@ -75,7 +83,7 @@ class Skipped:
 class ParsedLog:
     records: list[LogRecord]
     skipped: Skipped
-    input_format: str  # "batch" or "records"
+    input_format: str  # "batch", "message_batch" or "records"
 
 
 class _Bad(Exception):
@@ -158,39 +166,48 @@ def _split_response(resp: Any) -> tuple[int, Any]:
     return 200, resp
 
 
-def read_batch(
+#: An output line's ``(status, body, latency_ms, timestamp)``, or the skip reason of a request
+#: that has no answer (a canceled or expired Message Batches request).
+_Answer = tuple[int, Any, float | None, float | None] | str
+
+
+def _join(
     input_path: Path,
     output_path: Path,
+    request_of: Callable[[Any], tuple[str, str, dict[str, Any]]],
+    answer_of: Callable[[dict[str, Any]], tuple[int, Any] | str],
     *,
     endpoint_ok: Callable[[str], bool],
-    tenant_field: str = "metadata.tenant",
+    tenant_field: str,
+    input_format: str,
 ) -> ParsedLog:
-    """Join an OpenAI Batch API input file with its output file by ``custom_id``.
+    """Join a batch's input file with its output file by ``custom_id``, in input order.
 
-    Records come out in input order (the order requests were submitted in)."""
+    ``request_of`` reads an input line's ``(custom_id, url, body)``, ``answer_of`` an output
+    line's ``(status, body)`` or the skip reason of its request; both raise :class:`_Bad`."""
     skipped = Skipped()
-    responses = _batch_responses(output_path, skipped)
+    answers = _answers(output_path, answer_of, skipped)
     records: list[LogRecord] = []
     seen: set[str] = set()
     for number, obj in _json_lines(input_path):
-        where = f"{input_path.name}:{number}"
         try:
             if isinstance(obj, _Bad):
                 raise obj
-            cid = _require(obj, "custom_id", str)
-            url = _require(obj, "url", str)
-            body = _require(obj, "body", dict)
+            cid, url, body = request_of(obj)
             if not endpoint_ok(url):
                 raise _Bad(UNKNOWN_ENDPOINT, url)
             if cid in seen:
                 raise _Bad(DUPLICATE_ID, cid)
             seen.add(cid)
-            if cid not in responses:
+            answer = answers.get(cid)
+            if answer is None:
                 raise _Bad(INPUT_WITHOUT_OUTPUT, cid)
+            if isinstance(answer, str):
+                raise _Bad(answer, cid)
         except _Bad as bad:
-            skipped.add(bad.reason, where)
+            skipped.add(bad.reason, f"{input_path.name}:{number}")
             continue
-        status, resp, latency, stamp = responses[cid]
+        status, resp, latency, stamp = answer
         records.append(
             LogRecord(
                 line=number,
@@ -204,35 +221,113 @@ def read_batch(
                 tenant=_tenant(tenant_field, obj, body),
             )
         )
-    _account_orphans(output_path, responses, seen, skipped)
-    return ParsedLog(records, skipped, "batch")
+    _account_orphans(output_path, answers, seen, skipped)
+    return ParsedLog(records, skipped, input_format)
 
 
-def _batch_responses(
-    output_path: Path, skipped: Skipped
-) -> dict[str, tuple[int, Any, float | None, float | None]]:
-    """A Batch API output file's ``(status, body, latency_ms, timestamp)`` by ``custom_id``;
-    unreadable and duplicate lines go to ``skipped``."""
-    responses: dict[str, tuple[int, Any, float | None, float | None]] = {}
+def _answers(
+    output_path: Path,
+    answer_of: Callable[[dict[str, Any]], tuple[int, Any] | str],
+    skipped: Skipped,
+) -> dict[str, _Answer]:
+    """An output file's answers by ``custom_id``; unreadable and duplicate lines go to
+    ``skipped``."""
+    answers: dict[str, _Answer] = {}
     for number, obj in _json_lines(output_path):
         where = f"{output_path.name}:{number}"
         try:
             if isinstance(obj, _Bad):
                 raise obj
             cid = _require(obj, "custom_id", str)
-            status, body = _split_response(_require(obj, "response", dict))
-            if body is None:
-                raise _Bad(MISSING_FIELD, "response.body")
-            latency = _number(obj.get("latency_ms"))
-            stamp = parse_timestamp(obj.get("timestamp"))
+            got = answer_of(obj)
         except _Bad as bad:
             skipped.add(bad.reason, where)
             continue
-        if cid in responses:
+        if cid in answers:
             skipped.add(DUPLICATE_ID, where)
-            continue
-        responses[cid] = (status, body, latency, stamp)
-    return responses
+        elif isinstance(got, str):
+            answers[cid] = got
+        else:
+            latency, stamp = _number(obj.get("latency_ms")), parse_timestamp(obj.get("timestamp"))
+            answers[cid] = (got[0], got[1], latency, stamp)
+    return answers
+
+
+def _batch_request(obj: Any) -> tuple[str, str, dict[str, Any]]:
+    return _require(obj, "custom_id", str), _require(obj, "url", str), _require(obj, "body", dict)
+
+
+def _batch_answer(obj: dict[str, Any]) -> tuple[int, Any]:
+    status, body = _split_response(_require(obj, "response", dict))
+    if body is None:
+        raise _Bad(MISSING_FIELD, "response.body")
+    return status, body
+
+
+def read_batch(
+    input_path: Path,
+    output_path: Path,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    tenant_field: str = "metadata.tenant",
+) -> ParsedLog:
+    """Join an OpenAI Batch API input file with its output file by ``custom_id``.
+
+    Records come out in input order (the order requests were submitted in)."""
+    return _join(
+        input_path,
+        output_path,
+        _batch_request,
+        _batch_answer,
+        endpoint_ok=endpoint_ok,
+        tenant_field=tenant_field,
+        input_format="batch",
+    )
+
+
+def _message_request(obj: Any) -> tuple[str, str, dict[str, Any]]:
+    return _require(obj, "custom_id", str), MESSAGES_URL, _require(obj, "params", dict)
+
+
+def _message_answer(obj: dict[str, Any]) -> tuple[int, Any] | str:
+    result = _require(obj, "result", dict)
+    kind = result.get("type")
+    if kind == "succeeded":
+        return 200, _require(result, "message", dict)
+    if kind == "errored":
+        error = _require(result, "error", dict)
+        invalid = field_at(error, "error.type") == "invalid_request_error"
+        return (400 if invalid else 500), error
+    if kind in (CANCELED, EXPIRED):
+        return kind
+    raise _Bad(MISSING_FIELD, "result.type")
+
+
+def read_message_batch(
+    requests_path: Path,
+    results_path: Path,
+    *,
+    endpoint_ok: Callable[[str], bool],
+    tenant_field: str = "metadata.tenant",
+) -> ParsedLog:
+    """Join an Anthropic Message Batches requests file (``{"custom_id", "params"}`` lines: what
+    ``messages.batches.create`` was given) with its results file (``{"custom_id", "result"}``
+    lines: what ``messages.batches.results`` streams) by ``custom_id``, in request order.
+
+    Every request is a ``/v1/messages`` call with ``params`` as its body. A ``succeeded``
+    result gives its Message with status 200; an ``errored`` one its error body
+    (``{"type": "error", "error": {"type", "message"}}``) with status 400 for an
+    ``invalid_request_error`` and 500 for any other error; a ``canceled`` or ``expired``
+    request, never processed, is skipped under that reason at its line of the requests file."""
+    return _join(
+        requests_path,
+        results_path,
+        _message_request,
+        _message_answer,
+        endpoint_ok=endpoint_ok,
+        tenant_field=tenant_field,
+        input_format="message_batch",
+    )
 
 
 def _account_orphans(
@@ -319,18 +414,40 @@ def read_records(
     return ParsedLog(records, skipped, "records")
 
 
-def _looks_like_batch_input(path: Path) -> bool:
+def _first_has(path: Path, key: str, *, lacks: str) -> bool:
+    """Whether the first object of ``path`` has ``custom_id`` and ``key`` but not ``lacks``."""
     for _, obj in _json_lines(path):
         if isinstance(obj, dict):
-            return "custom_id" in obj and "body" in obj and "request" not in obj
+            return "custom_id" in obj and key in obj and lacks not in obj
     return False
 
 
-def _looks_like_batch_output(path: Path) -> bool:
-    for _, obj in _json_lines(path):
-        if isinstance(obj, dict):
-            return "custom_id" in obj and "response" in obj and "body" not in obj
-    return False
+class _Batch(NamedTuple):
+    """One API's pair of batch files: how to tell them apart and how to read them."""
+
+    name: str  # as the messages call it
+    input_key: str  # what an input line holds besides custom_id (a records line has "request")
+    output_key: str  # what an output line holds besides custom_id
+    files: tuple[str, str]  # what the input and the output file are called
+    read: Callable[..., ParsedLog]
+
+    def is_input(self, path: Path) -> bool:
+        return _first_has(path, self.input_key, lacks="request")
+
+    def is_output(self, path: Path) -> bool:
+        return _first_has(path, self.output_key, lacks=self.input_key)
+
+
+_BATCHES = (
+    _Batch("an OpenAI Batch API", "body", "response", ("input", "output"), read_batch),
+    _Batch(
+        "an Anthropic Message Batches",
+        "params",
+        "result",
+        ("requests", "results"),
+        read_message_batch,
+    ),
+)
 
 
 def read_log(
@@ -340,33 +457,40 @@ def read_log(
     endpoint_ok: Callable[[str], bool],
     tenant_field: str = "metadata.tenant",
 ) -> ParsedLog:
-    """Read either format: a Batch API input file with ``outputs_path``, or a records file.
+    """Read any format: a batch's input file with ``outputs_path`` (OpenAI Batch API or
+    Anthropic Message Batches, told apart by their lines), or a records file.
 
-    Usage errors are reported as such rather than as thousands of skipped lines: a Batch API
+    Usage errors are reported as such rather than as thousands of skipped lines: a batch
     input given without its output file (its responses are in the other file), the two files
     swapped, and a log with no request that can be replayed (ValueError)."""
     inp = Path(input_path)
     if outputs_path is not None:
         out = Path(outputs_path)
-        if _looks_like_batch_output(inp) and _looks_like_batch_input(out):
-            raise ValueError(
-                f"{inp} is a Batch API output file and {out} an input file: swap them "
-                f"(cachekit replay {out} --outputs {inp})"
-            )
-        parsed = read_batch(inp, out, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
-    elif _looks_like_batch_input(inp):
-        raise ValueError(
-            f"{inp} looks like an OpenAI Batch API input file: pass its output file with "
-            "--outputs OUTPUT.jsonl"
-        )
+        for batch in _BATCHES:
+            if batch.is_output(inp) and batch.is_input(out):
+                raise ValueError(
+                    f"{inp} is {batch.name} {batch.files[1]} file and {out} its "
+                    f"{batch.files[0]} file: swap them (cachekit replay {out} --outputs {inp})"
+                )
+        # Told by the input file, else by the output file; OpenAI's when neither says.
+        by_input = [b for b in _BATCHES if b.is_input(inp)]
+        batch = (by_input or [b for b in _BATCHES if b.is_output(out)] or [_BATCHES[0]])[0]
+        parsed = batch.read(inp, out, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
     else:
+        for batch in _BATCHES:
+            if batch.is_input(inp):
+                given, wanted = batch.files
+                raise ValueError(
+                    f"{inp} looks like {batch.name} {given} file: pass its {wanted} file "
+                    f"with --outputs {wanted.upper()}.jsonl"
+                )
         parsed = read_records(inp, endpoint_ok=endpoint_ok, tenant_field=tenant_field)
     if not parsed.records:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(parsed.skipped.counts.items()))
         raise ValueError(
             f"no request in {inp} can be replayed"
             + (f" ({parsed.skipped.total} lines skipped: {reasons})" if reasons else " (empty)")
-            + "; see docs/replay.md for the two formats it reads"
+            + "; see docs/replay.md for the formats it reads"
         )
     return parsed
 
