@@ -31,10 +31,7 @@ an ``input`` and no ``messages``) got (``LLMCache.feedback``, as the proxy's
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from cachekit._core.extras import require
 
@@ -46,28 +43,27 @@ except ImportError:  # name the extra and its install command (the import error 
     require("openai", extra="openai", feature="cachekit.adapters.openai")
     raise
 
-from cachekit.cache import Cache, Status
+from cachekit.adapters._sdk import (
+    AsyncCachedCreate,
+    AsyncStreamRecorder,
+    CachedCreate,
+    Context,
+    Recorder,
+    StreamRecorder,
+    dump,
+)
+
+from cachekit.cache import Cache
 from cachekit.llm import (
     CHAT,
     EMBEDDINGS,
     RESPONSES,
     LLMCache,
     LLMRequest,
-    RequestError,
-    ResponsesStreamAssembler,
-    StreamAssembler,
-    TenantResolver,
-    get_endpoint,
-    prepare,
     responses_sse,
     sse_event,
     sse_stream,
 )
-
-try:  # the openai package's own HTTP library: httpx2 in recent versions, httpx before
-    import httpx2 as _http
-except ImportError:  # pragma: no cover - depends on the openai version
-    import httpx as _http  # type: ignore[no-redef]
 
 __all__ = [
     "AsyncRecordingStream",
@@ -78,152 +74,39 @@ __all__ = [
     "cached_client",
 ]
 
-log = logging.getLogger("cachekit.adapters.openai")
-
-# Keyword arguments of create() that shape the HTTP call, not the request body.
-_TRANSPORT = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+#: What the openai package passes for an argument not given: never part of the body.
+_SENTINELS: tuple[type, ...] = (openai.NotGiven, openai.Omit)
 
 
-def _plain(value: Any) -> Any:
-    """JSON-able form of a create() argument (pydantic models from earlier answers included)."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json", exclude_unset=True)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    body = {
-        k: _plain(v)
-        for k, v in kwargs.items()
-        if k not in _TRANSPORT and not isinstance(v, (openai.NotGiven, openai.Omit))
-    }
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(_plain(extra))
-    return body
-
-
-class _Context:
-    """What every wrapped endpoint needs: the cache, the caller's tenant and namespace."""
-
-    def __init__(
-        self, client: Any, llm: LLMCache, tenant: str | None, namespace: str, secret: str | None
-    ) -> None:
-        self.client = client
-        self.llm = llm
-        self.namespace = namespace
-        if tenant is None:
-            resolver = TenantResolver(
-                secret
-                or os.environ.get("CACHEKIT_TENANT_SECRET")
-                or f"cachekit-tenant:{llm.cache.namespace}"
-            )
-            tenant = resolver.for_key(getattr(client, "api_key", None))
-        self.tenant = tenant
-
-    def prepare(self, endpoint: str, kwargs: Mapping[str, Any]) -> LLMRequest | None:
-        # RequestError (a ValueError) with the reason: the upstream never stored that id.
-        get_endpoint(endpoint).check_request(kwargs)
-        try:
-            return prepare(endpoint, _body(kwargs), self.tenant, self.namespace)
-        except (RequestError, TypeError, ValueError):
-            return None  # let the client and the API say what is wrong with it
-
-    def storable(self, req: LLMRequest, body: Any) -> bool:
-        return self.llm.cacheable(req.endpoint, 200, body)[0]
-
-
-def _sse_response(events: Iterable[bytes], endpoint: str) -> _http.Response:
-    """A stored answer's SSE ``events`` as the HTTP response the SDK's stream classes parse."""
-    return _http.Response(
-        200,
-        content=b"".join(events),
-        headers={"content-type": "text/event-stream"},
-        request=_http.Request("POST", "http://cachekit.invalid" + endpoint),
-    )
-
-
-def _dump(item: Any) -> dict[str, Any]:
-    """An SDK object (a chunk, an event, a response) as the JSON the API sent."""
-    return item.model_dump(mode="json", exclude_unset=True)
-
-
-class _Recorder:
-    """What a recording stream does with the client's stream, sync or async: each item (a chat
-    chunk here) goes into an assembler (:meth:`_add`), and once the stream has ended,
-    :meth:`_answer` is what to store (the assembled answer when complete), if anything."""
-
-    def __init__(self, inner: Any, ctx: _Context, req: LLMRequest) -> None:
-        self._inner = inner
-        self._ctx = ctx
-        self._req = req
-        self._asm = self._assembler()
-        self.response = getattr(inner, "response", None)
-
-    def _assembler(self) -> StreamAssembler:
-        return StreamAssembler()
+class _ChatRecorder(Recorder):
+    """:class:`~cachekit.adapters._sdk.Recorder` of chat chunks: each chunk goes into a
+    :class:`~cachekit.llm.StreamAssembler`, and the stream's end is its ``[DONE]``."""
 
     def _add(self, item: Any) -> None:
-        self._asm.add_chunk(_dump(item))
+        self._asm.add_chunk(dump(item))
 
     def _answer(self) -> dict[str, Any] | None:
-        asm = self._asm
         # The client's stream ended at [DONE] or at a clean end of body (a Responses stream
         # ends at its terminal event: the flag changes nothing there).
-        asm.done = True
-        body = asm.result()
-        return body if asm.complete and self._ctx.storable(self._req, body) else None
+        self._asm.done = True
+        return super()._answer()
 
 
-class _ResponsesRecorder(_Recorder):
-    """:class:`_Recorder` for the Responses API's typed events: the answer is the response of
-    the ``response.completed`` event, when no ``error``, ``response.failed`` or
-    ``response.incomplete`` came (:class:`~cachekit.llm.ResponsesStreamAssembler`'s rules)."""
-
-    def _assembler(self) -> StreamAssembler:
-        return ResponsesStreamAssembler()
+class _ResponsesRecorder(Recorder):
+    """:class:`~cachekit.adapters._sdk.Recorder` for the Responses API's typed events: the answer
+    is the response of the ``response.completed`` event, when no ``error``, ``response.failed``
+    or ``response.incomplete`` came (:class:`~cachekit.llm.ResponsesStreamAssembler`'s rules)."""
 
     def _add(self, item: Any) -> None:
-        self._asm.feed_events(sse_event(_dump(item)))
+        self._asm.feed_events(sse_event(dump(item)))
 
 
 # ---------------------------------------------------------------------- sync
 
 
-class RecordingStream(_Recorder):
+class RecordingStream(_ChatRecorder, StreamRecorder):
     """A streamed miss: iterates the client's ``Stream`` as chunks arrive, and stores the
     assembled answer once the stream has ended complete. Supports ``with`` and ``close()``."""
-
-    def __init__(self, inner: Any, ctx: _Context, req: LLMRequest) -> None:
-        super().__init__(inner, ctx, req)
-        self._iter = self._record()
-
-    def _record(self) -> Iterator[Any]:
-        for item in self._inner:
-            self._add(item)
-            yield item
-        body = self._answer()
-        if body is not None:
-            self._ctx.llm.store(self._req, body)
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._iter
-
-    def __next__(self) -> Any:
-        return next(self._iter)
-
-    def __enter__(self) -> RecordingStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 class ResponsesRecordingStream(_ResponsesRecorder, RecordingStream):
@@ -231,67 +114,14 @@ class ResponsesRecordingStream(_ResponsesRecorder, RecordingStream):
     stores the final response once ``response.completed`` has come (and nothing failed)."""
 
 
-class _Endpoint:
-    """A cached ``create``: the request rules decide, a hit comes back as the openai package's
-    own type (:meth:`_hit`), a miss is the client's result, stored when complete (:meth:`_miss`
-    says what to return and what, if anything, to store now)."""
+class _Endpoint(CachedCreate):
+    """A cached ``create`` of the openai package (:class:`~cachekit.adapters._sdk.CachedCreate`):
+    a hit comes back as the package's own type (:meth:`_hit`)."""
 
     endpoint = CHAT
-    stream_type: Any = openai.Stream
-    recorder: Any = RecordingStream
-
-    def __init__(self, inner: Any, ctx: _Context) -> None:
-        self._inner = inner
-        self._ctx = ctx
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def _hit(self, req: LLMRequest, response: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def _served(self, req: LLMRequest, found: Any) -> Any:
-        """A hit as the openai package's type, or ``None``: a miss, or a stored answer this
-        version of the package cannot read (an output type it does not know): a miss too."""
-        if not found.hit or found.response is None:
-            return None
-        response = found.response
-        if found.status is Status.SEMANTIC_HIT:  # another request's answer: never its id
-            response = {**response, "id": req.api.hit_id(response.get("id"))}
-        try:
-            return self._hit(req, response)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            log.warning("cached answer the openai package cannot read, served as a miss: %s", exc)
-            return None
-
-    def _miss(self, req: LLMRequest, result: Any) -> tuple[Any, Any]:
-        if req.stream:  # stored by the recorder once the stream ended complete
-            return self.recorder(result, self._ctx, req), None
-        return result, _dump(result)
-
-    def _replay(self, events: Iterable[bytes], cast_to: Any) -> Any:
-        """A stored answer's SSE ``events`` as the SDK's own stream of ``cast_to``."""
-        return self.stream_type(
-            cast_to=cast_to,
-            client=self._ctx.client,
-            response=_sse_response(events, self.endpoint),
-        )
-
-    def _storable(self, req: LLMRequest, body: Any) -> bool:
-        return body is not None and self._ctx.storable(req, body)
-
-    def create(self, **kwargs: Any) -> Any:
-        ctx = self._ctx
-        req = ctx.prepare(self.endpoint, kwargs)
-        if req is None or req.passthrough is not None:
-            return self._inner.create(**kwargs)
-        served = self._served(req, ctx.llm.lookup(req))
-        if served is not None:
-            return served
-        result, body = self._miss(req, self._inner.create(**kwargs))
-        if self._storable(req, body):
-            ctx.llm.store(req, body)
-        return result
+    stream_type: ClassVar[Any] = openai.Stream
+    recorder: ClassVar[Any] = RecordingStream
+    package = "openai"
 
 
 class _ChatCompletions(_Endpoint):
@@ -307,7 +137,7 @@ class _Responses(_Endpoint):
     cached ``create``; everything else (``parse``, ``retrieve`` ...) is the client's."""
 
     endpoint = RESPONSES
-    recorder: Any = ResponsesRecordingStream
+    recorder = ResponsesRecordingStream
 
     def _hit(self, req: LLMRequest, response: dict[str, Any]) -> Any:
         from openai.types.responses import Response, ResponseStreamEvent
@@ -331,59 +161,19 @@ class _Embeddings(_Endpoint):
 # ---------------------------------------------------------------------- async
 
 
-class AsyncRecordingStream(_Recorder):
+class AsyncRecordingStream(_ChatRecorder, AsyncStreamRecorder):
     """:class:`RecordingStream` for ``AsyncOpenAI`` (``async for``, ``async with``)."""
-
-    def __init__(self, inner: Any, ctx: _Context, req: LLMRequest) -> None:
-        super().__init__(inner, ctx, req)
-        self._iter = self._record()
-
-    async def _record(self) -> AsyncIterator[Any]:
-        async for item in self._inner:
-            self._add(item)
-            yield item
-        body = self._answer()
-        if body is not None:
-            await self._ctx.llm.astore(self._req, body)
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iter
-
-    async def __anext__(self) -> Any:
-        return await self._iter.__anext__()
-
-    async def __aenter__(self) -> AsyncRecordingStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 class AsyncResponsesRecordingStream(_ResponsesRecorder, AsyncRecordingStream):
     """:class:`ResponsesRecordingStream` for ``AsyncOpenAI``."""
 
 
-class _AsyncEndpoint(_Endpoint):
+class _AsyncEndpoint(AsyncCachedCreate, _Endpoint):
     """:class:`_Endpoint` for ``AsyncOpenAI``: the same rules, awaited."""
 
     stream_type = openai.AsyncStream
     recorder = AsyncRecordingStream
-
-    async def create(self, **kwargs: Any) -> Any:
-        ctx = self._ctx
-        req = ctx.prepare(self.endpoint, kwargs)
-        if req is None or req.passthrough is not None:
-            return await self._inner.create(**kwargs)
-        served = self._served(req, await ctx.llm.alookup(req))
-        if served is not None:
-            return served
-        result, body = self._miss(req, await self._inner.create(**kwargs))
-        if self._storable(req, body):
-            await ctx.llm.astore(req, body)
-        return result
 
 
 class _AsyncChatCompletions(_AsyncEndpoint, _ChatCompletions):
@@ -416,7 +206,7 @@ class CachedClient:
     the wrapped client's. ``llm`` is the :class:`LLMCache` used and ``tenant`` the tenant its
     entries belong to."""
 
-    def __init__(self, client: Any, ctx: _Context, asynchronous: bool) -> None:
+    def __init__(self, client: Any, ctx: Context, asynchronous: bool) -> None:
         self._client = client
         self._ctx = ctx
         self._asynchronous = asynchronous
@@ -474,5 +264,5 @@ def cached_client(
             f"cached_client wraps openai.OpenAI or openai.AsyncOpenAI, got {type(client).__name__}"
         )
     llm = cache if isinstance(cache, LLMCache) else LLMCache(cache)
-    ctx = _Context(client, llm, tenant, namespace, tenant_secret)
+    ctx = Context(client, llm, tenant, namespace, tenant_secret, sentinels=_SENTINELS)
     return CachedClient(client, ctx, isinstance(client, openai.AsyncOpenAI))

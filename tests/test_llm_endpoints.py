@@ -41,7 +41,8 @@ ENDPOINT_NAMES = {"CHAT", "COMPLETIONS", "EMBEDDINGS", "RESPONSES", "MESSAGES", 
 
 
 def _compares_an_endpoint(node: ast.Compare) -> bool:
-    """``endpoint == CHAT``, ``req.endpoint != RESPONSES``, ``x in (CHAT, ...)``: not ``is None``."""
+    """``endpoint == CHAT``, ``req.endpoint != RESPONSES``, ``x in (CHAT, ...)``; not
+    ``is None``."""
     if any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
         return False
     for side in (node.left, *node.comparators):
@@ -186,8 +187,8 @@ def test_messages_storable_stop_reasons() -> None:
 
     for stop in ("end_turn", "stop_sequence", "tool_use"):
         assert cacheable_response(MESSAGES, 200, answer(stop)) == (True, "")
-    for stop in ("max_tokens", "pause_turn", "model_context_window_exceeded", None):
-        assert not cacheable_response(MESSAGES, 200, answer(stop))[0]
+    for unfinished in ("max_tokens", "pause_turn", "model_context_window_exceeded", None):
+        assert not cacheable_response(MESSAGES, 200, answer(unfinished))[0]
     assert cacheable_response(MESSAGES, 200, answer("max_tokens"), cache_length=True)[0]
     assert not cacheable_response(MESSAGES, 200, answer("refusal"), cache_refusals=False)[0]
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "x"}}

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -51,6 +50,8 @@ from cachekit.llm.hit_ids import check_continuable, response_id_in
 from cachekit.llm.rules import caller_key, keyed_headers
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
+from cachekit.proxy.feedback import HITS_REMEMBERED, UNKNOWN_ID, ServedHits
+from cachekit.proxy.flights import Flight, Flights
 from cachekit.proxy.headers import (
     BODY_CONTROLS,
     HOP_BY_HOP,
@@ -75,10 +76,12 @@ from cachekit.proxy.http import (
     loads,
     refusal,
     tagged,
+    then,
 )
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
-from cachekit.proxy.upstream import UpstreamHealth, describe
+from cachekit.proxy.relay import pump, releaser
+from cachekit.proxy.upstream import UpstreamHealth, describe, health_report, upstream_failure
 from cachekit.semantic.policy.slots import refusal_kind
 
 __all__ = [
@@ -97,9 +100,6 @@ log = logging.getLogger("cachekit.proxy")
 PASSTHROUGH = {"x-cachekit-cache": "PASSTHROUGH"}
 #: Where clients report a verdict on a semantic hit.
 FEEDBACK_PATH = "/v1/cachekit/feedback"
-#: Semantic hits remembered for feedback (response id -> tenant and the hit's reference),
-#: least recently served forgotten first.
-HITS_REMEMBERED = 10_000
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -131,7 +131,10 @@ class Proxy:
         self.client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._memo = RequestMemo()
-        self._hits: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        #: Upstream calls under way that identical misses share.
+        self.flights = Flights()
+        #: Semantic hits served, for :meth:`feedback`.
+        self.served = ServedHits()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,10 +159,11 @@ class Proxy:
             await self.client.aclose()
         await asyncio.to_thread(self.llm.close)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ------------------------------------------------------------------ cached endpoints
 
@@ -271,8 +275,8 @@ class Proxy:
             outcome = miss_headers(found, req.exact_only)
             if found.reason:
                 self.metrics.refused(refusal_kind(found.reason))
-        self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
         if controls.only_if_cached:  # never upstream, a passed-through request included
+            self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
             not_cached = RequestError(
                 "Not in the cache (Cache-Control: only-if-cached).",
                 status=504,
@@ -282,7 +286,60 @@ class Proxy:
             response = refusal(not_cached, api)
             response.headers.update(outcome)  # why not: a reason, a bucket still filling
             return response
-        return await self._miss(request, req, raw, controls, outcome)
+        return await self._shared_miss(request, req, raw, controls, outcome)
+
+    async def _shared_miss(
+        self,
+        request: Request,
+        req: LLMRequest,
+        raw: bytes,
+        controls: Controls,
+        outcome: dict[str, str],
+    ) -> Response:
+        """A miss that shares the upstream call of an identical request of the same tenant
+        under way (:mod:`cachekit.proxy.flights`), else makes its own, which later identical
+        requests may share. A bucket's requests each want an answer of their own."""
+        counted = self.metrics.requests
+        shareable = req.passthrough is None and (controls.bucket or 1) == 1
+        key = (req.key, req.stream, req.include_usage) if shareable else None
+        flight = self.flights.joinable(key) if key is not None else None
+        if flight is not None:
+            joined = await self._join(flight)
+            if joined is not None:
+                self.metrics.child(counted, req.api.label, "COALESCED").inc()
+                return joined
+        self.metrics.child(counted, req.api.label, outcome["x-cachekit-cache"]).inc()
+        flight = self.flights.start(key, self.config.proxy.max_answer_bytes)
+        try:
+            response = await self._miss(request, req, raw, controls, outcome, flight)
+        except BaseException:
+            flight.fail()
+            raise
+        if not flight.ready.is_set():  # a whole answer (or an error the proxy made)
+            flight.publish(response.status_code, dict(response.headers), bytes(response.body))
+            if response.background is None:
+                flight.land()
+            else:  # later callers share it until it is stored
+                response.background = then(response.background, flight.land)
+        return response
+
+    async def _join(self, flight: Flight) -> Response | None:
+        """The answer of an identical request's upstream call, or ``None`` when it failed or
+        can no longer be read from its start (then this request asks on its own)."""
+        flight.waiting += 1
+        try:
+            await flight.ready.wait()
+        finally:
+            flight.waiting -= 1
+        if flight.failed:
+            return None
+        headers = {**flight.headers, "x-cachekit-cache": "COALESCED"}
+        if flight.body is not None:
+            return Response(flight.body, status_code=flight.status, headers=headers)
+        if not flight.joinable():
+            return None
+        sub = flight.subscribe()
+        return RelayResponse(sub.stream(), sub.leave, status_code=flight.status, headers=headers)
 
     def _hit(self, req: LLMRequest, found: CacheLookup, label: str, t0: float) -> Response:
         kind = "SEMANTIC_HIT" if found.status is Status.SEMANTIC_HIT else "HIT"
@@ -323,10 +380,7 @@ class Proxy:
         rid = req.api.hit_id(response.get("id"))
         ref = self.llm.feedback_ref(req)
         if ref is not None:
-            hits = self._hits
-            hits[rid] = (req.tenant, ref)
-            while len(hits) > HITS_REMEMBERED:
-                hits.popitem(last=False)
+            self.served.remember(rid, req.tenant, ref)
         return {**response, "id": rid}
 
     async def feedback(self, request: Request) -> Response:
@@ -339,40 +393,20 @@ class Proxy:
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
             return Response(dumps(exc.body()), status_code=exc.status, media_type=JSON)
-        held = self._hits.get(rid)
-        if held is None or held[0] != tenant:
+        ref = self.served.take(rid, tenant)
+        if ref is None:
             return error_response(
-                404,
-                "No semantic hit with this id is known to this proxy: the id is unknown, was "
-                "reported already, was forgotten, or belongs to another API key.",
-                type="not_found",
-                code="unknown_response_id",
-                param="id",
+                404, UNKNOWN_ID, type="not_found", code="unknown_response_id", param="id"
             )
-        del self._hits[rid]  # one verdict per answer sent
-        recorded = await asyncio.to_thread(self.llm.feedback, held[1], correct)
+        recorded = await asyncio.to_thread(self.llm.feedback, ref, correct)
         verdict = "correct" if correct else "wrong"
         self.metrics.feedback.labels(verdict, "true" if recorded else "false").inc()
         return Response(dumps({"recorded": recorded}), media_type=JSON)
 
     def _upstream_error(self, exc: Exception, api: Endpoint | None = None) -> Response:
         self.upstream_health.record(*describe(None, exc))
-        if isinstance(exc, httpx.TimeoutException):
-            self.metrics.errors.labels("upstream_timeout").inc()
-            error = RequestError(
-                f"The upstream did not answer in time ({exc!r}).",
-                status=504,
-                type="upstream_error",
-                code="upstream_timeout",
-            )
-        else:
-            self.metrics.errors.labels("upstream_unreachable").inc()
-            error = RequestError(
-                f"The upstream could not be reached ({exc!r}).",
-                status=502,
-                type="upstream_error",
-                code="upstream_unreachable",
-            )
+        error = upstream_failure(exc)
+        self.metrics.errors.labels(error.code or "upstream_unreachable").inc()
         return refusal(error, api)
 
     async def _miss(
@@ -382,9 +416,11 @@ class Proxy:
         raw: bytes,
         controls: Controls,
         outcome: dict[str, str],
+        flight: Flight,
     ) -> Response:
         """Ask the upstream, answer the client, and store the answer when it may be: a whole
-        response after it was sent, a stream (relayed event by event) once it completed."""
+        response after it was sent, a stream (relayed event by event through ``flight``, which
+        identical requests may share) once it completed."""
         stream = req.stream
         # Ask for usage (tokens saved are counted from it), and drop it on the way.
         asked = None
@@ -405,7 +441,9 @@ class Proxy:
                 out = response_headers(resp.headers, UPSTREAM_DROP_RESPONSE)
                 out.update(outcome)
                 relayed = True
-                return await self._relay_response(req, resp, inject, controls, out, t0, call)
+                return await self._relay_response(
+                    req, resp, inject, controls, out, (t0, call), flight
+                )
         finally:
             if not relayed:
                 self._left(req, t0, call)
@@ -468,12 +506,14 @@ class Proxy:
         drop_usage: bool,
         controls: Controls,
         out: dict[str, str],
-        t0: float,
-        call: UpstreamCall,
+        held: tuple[float, UpstreamCall],
+        flight: Flight,
     ) -> Response:
-        """The client's response to an upstream stream: relayed (and stored once complete)
-        when it succeeded, else the upstream's error body as it came."""
-        release = self._releaser(req, resp, t0, call)
+        """The client's response to an upstream stream: relayed through ``flight`` by a task of
+        its own (and stored once complete) when it succeeded, else the upstream's error body as
+        it came. The task stops when every client reading it has left."""
+        t0, call = held
+        release = releaser(resp, lambda: self._left(req, t0, call))
         if not 200 <= resp.status_code < 300:
             try:
                 data = await resp.aread()
@@ -483,54 +523,29 @@ class Proxy:
                 await release()
             self.metrics.not_kept("status")
             return Response(data, status_code=resp.status_code, headers=out)
-        relay = self._relay(req, resp, drop_usage, controls, release)
-        return RelayResponse(relay, release, status_code=resp.status_code, headers=out)
+        flight.publish(resp.status_code, out, None)
+        sub = flight.subscribe()
+        pump = self._spawn(self._pump(req, resp, drop_usage, controls, release, flight))
+        flight.task, flight.release = pump, release
+        return RelayResponse(sub.stream(), sub.leave, status_code=resp.status_code, headers=out)
 
-    def _releaser(
-        self, req: LLMRequest, resp: httpx.Response, t0: float, call: UpstreamCall
-    ) -> Callable[[], Awaitable[None]]:
-        """What ends one upstream stream, once: close it, leave the in-flight gauge, record its
-        latency. The relay calls it when it ends; the response too, for a client gone before the
-        relay ever started (a generator never started runs no ``finally``)."""
-        done = False
-
-        async def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            try:
-                await resp.aclose()
-            finally:
-                self._left(req, t0, call)
-
-        return release
-
-    async def _relay(
+    async def _pump(
         self,
         req: LLMRequest,
         resp: httpx.Response,
         drop_usage: bool,
         controls: Controls,
         release: Callable[[], Awaitable[None]],
-    ) -> AsyncIterator[bytes]:
-        """Upstream events to the client as they arrive; the assembled answer is stored only
-        if the stream completed. A broken upstream stream breaks the client's too."""
+        flight: Flight,
+    ) -> None:
+        """:func:`~cachekit.proxy.relay.pump` the stream into ``flight``; the assembled answer
+        is stored only if the stream completed."""
         asm = req.api.assembler(max_answer_bytes=self.config.proxy.max_answer_bytes)
         finished = False
         try:
-            async for data in resp.aiter_raw():
-                events = asm.feed_events(data)
-                if drop_usage:
-                    events = [(e, c) for e, c in events if not req.api.drop_event(c)]
-                out = b"".join(e for e, _ in events)
-                if out:
-                    yield out
-            if asm.rest():
-                yield asm.rest()  # an unterminated tail: relayed as it came, never stored
-            finished = True
+            drop = req.api.drop_event if drop_usage else None
+            finished = await pump(resp, asm, drop, flight, release)
         finally:
-            await release()
             why = asm.not_stored_reason if finished else "incomplete_stream"
             if why is not None:
                 self.metrics.not_kept(why)
@@ -615,27 +630,10 @@ class Proxy:
         return await asyncio.to_thread(self.metrics.render)
 
     def health(self) -> dict[str, Any]:
-        """``GET /healthz``: ``status`` is ``ok``, or ``degraded`` with each problem in words in
-        ``problems`` (the proxy still answers: Redis down costs misses, an upstream down 502s)."""
-        problems: list[str] = []
-        shared = self.llm.cache.health()
-        redis: dict[str, Any] | None = None
-        if shared.shared_tier:
-            redis = shared.to_dict()
-            if not shared.ok:
-                err = shared.last_error
-                why = f"{err.cause}. Fix: {err.fix}" if err else f"circuit {shared.breaker_state}"
-                problems.append(f"redis {shared.target}: {why} (lookups miss meanwhile)")
-        up = self.upstream_health
-        if up.reachable is False:
-            problems.append(f"upstream {up.url}: {up.detail}")
-        return {
-            "status": "degraded" if problems else "ok",
-            "problems": problems,
-            "redis": redis,
-            "upstream": up.to_dict(),
-            "upstream_in_flight": self.metrics.inflight.now,
-        }
+        """``GET /healthz``: :func:`~cachekit.proxy.upstream.health_report`."""
+        return health_report(
+            self.llm.cache.health(), self.upstream_health, self.metrics.inflight.now
+        )
 
 
 #: The errors metric's reason for a request error's status (anything else: bad_request).

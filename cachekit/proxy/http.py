@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -25,6 +26,7 @@ __all__ = [
     "loads",
     "refusal",
     "tagged",
+    "then",
 ]
 
 JSON = "application/json"
@@ -147,3 +149,15 @@ def tagged(response: Response, outcome: dict[str, str]) -> Response:
     request in ``x-cachekit-cache``, as every answer to a proxied request has."""
     response.headers["x-cachekit-cache"] = outcome["x-cachekit-cache"]
     return response
+
+
+def then(first: BackgroundTask, then: Callable[[], None]) -> BackgroundTask:
+    """A background task that runs ``first``, then ``then`` (however ``first`` ended)."""
+
+    async def run() -> None:
+        try:
+            await first()
+        finally:
+            then()
+
+    return BackgroundTask(run)

@@ -13,7 +13,17 @@ from typing import Any
 
 import httpx
 
-__all__ = ["PROBE_PATH", "UpstreamHealth", "describe", "probe"]
+from cachekit import Health
+from cachekit.llm import RequestError
+
+__all__ = [
+    "PROBE_PATH",
+    "UpstreamHealth",
+    "describe",
+    "health_report",
+    "probe",
+    "upstream_failure",
+]
 
 #: What the probe asks: listed by every OpenAI-compatible server, cheap, and free of charge.
 PROBE_PATH = "/v1/models"
@@ -77,3 +87,43 @@ class UpstreamHealth:
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "reachable": self.reachable, "detail": self.detail}
+
+
+def upstream_failure(exc: Exception) -> RequestError:
+    """The refusal sent when the upstream could not answer: 504 ``upstream_timeout`` for a
+    timeout, else 502 ``upstream_unreachable`` (the code is the errors metric's reason)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestError(
+            f"The upstream did not answer in time ({exc!r}).",
+            status=504,
+            type="upstream_error",
+            code="upstream_timeout",
+        )
+    return RequestError(
+        f"The upstream could not be reached ({exc!r}).",
+        status=502,
+        type="upstream_error",
+        code="upstream_unreachable",
+    )
+
+
+def health_report(shared: Health, up: UpstreamHealth, in_flight: int) -> dict[str, Any]:
+    """``GET /healthz``: ``status`` is ``ok``, or ``degraded`` with each problem in words in
+    ``problems`` (the proxy still answers: Redis down costs misses, an upstream down 502s)."""
+    problems: list[str] = []
+    redis: dict[str, Any] | None = None
+    if shared.shared_tier:
+        redis = shared.to_dict()
+        if not shared.ok:
+            err = shared.last_error
+            why = f"{err.cause}. Fix: {err.fix}" if err else f"circuit {shared.breaker_state}"
+            problems.append(f"redis {shared.target}: {why} (lookups miss meanwhile)")
+    if up.reachable is False:
+        problems.append(f"upstream {up.url}: {up.detail}")
+    return {
+        "status": "degraded" if problems else "ok",
+        "problems": problems,
+        "redis": redis,
+        "upstream": up.to_dict(),
+        "upstream_in_flight": in_flight,
+    }

@@ -9,6 +9,7 @@ name selects a behaviour:
 * ``fake-break``: a streamed answer that breaks off after a few chunks (non-streamed: 502);
 * ``fake-length``: ``finish_reason: length`` (for ``/v1/responses`` see below);
 * ``fake-slow``: waits ``slow_s`` (default 3 s) before answering;
+* ``fake-held`` (chat and completions): a whole answer sent once :attr:`gate` is set;
 * ``fake-gated``: a streamed answer that sends two chunks, then waits until :attr:`gate` is set
   (so a test can check that a relay forwards chunks before the stream ends);
 * anything else: ``Answer #<n> to: <last message text>`` with ``n`` counting the upstream's
@@ -410,6 +411,8 @@ class FakeUpstream:
             return _error(500, "the fake upstream failed on purpose")
         if model == "fake-slow":
             await asyncio.sleep(self.slow_s)
+        if model == "fake-held":  # a whole answer held until the gate opens
+            await asyncio.to_thread(self.gate.wait, 30.0)
         done = self._completion(body, chat)
         if not body.get("stream"):
             if model == "fake-break":

@@ -1,0 +1,69 @@
+"""How the proxy relays an upstream stream: one task reads it into a
+:class:`~cachekit.proxy.flights.Flight` (every client reading it follows there) and assembles the
+answer to store; its end is released once, however it ends. HTTP and events only: whether the
+answer is stored is the proxy's business."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from cachekit.llm.streaming import StreamAssembler
+from cachekit.proxy.flights import Flight
+
+__all__ = ["pump", "releaser"]
+
+log = logging.getLogger("cachekit.proxy")
+
+
+def releaser(resp: httpx.Response, left: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    """What ends one upstream stream, once: close it, then ``left()`` (leave the in-flight
+    gauge, record the latency). The pump calls it when it ends; the response too, for a client
+    gone before the pump ever started."""
+    done = False
+
+    async def release() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        try:
+            await resp.aclose()
+        finally:
+            left()
+
+    return release
+
+
+async def pump(
+    resp: httpx.Response,
+    asm: StreamAssembler,
+    drop: Callable[[Any], bool] | None,
+    flight: Flight,
+    release: Callable[[], Awaitable[None]],
+) -> bool:
+    """Upstream events into ``flight`` as they arrive, each fed to ``asm`` (events ``drop``
+    says were asked for by the proxy alone are not relayed); whether the stream ended whole.
+    A broken upstream stream breaks the clients' too
+    (:class:`~cachekit.proxy.flights.BrokenStream`)."""
+    finished = False
+    try:
+        async for data in resp.aiter_raw():
+            events = asm.feed_events(data)
+            if drop is not None:
+                events = [(e, c) for e, c in events if not drop(c)]
+            out = b"".join(e for e, _ in events)
+            if out:
+                await flight.add(out)
+        if asm.rest():
+            await flight.add(asm.rest())  # an unterminated tail: relayed as it came, never stored
+        finished = True
+    except Exception as exc:  # the upstream broke off
+        log.info("upstream stream broke off: %r", exc)
+    finally:
+        flight.end(broken=not finished)
+        await release()
+    return finished
