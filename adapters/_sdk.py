@@ -27,6 +27,7 @@ from cachekit.llm import (
     get_endpoint,
     prepare,
 )
+from cachekit.llm.buckets import bucket_for, check_bucket
 
 try:  # the SDKs' own HTTP library: httpx2 in recent versions, httpx before
     import httpx2 as http
@@ -114,8 +115,11 @@ class Context:
         sentinels: tuple[type, ...] = (),
         transport: frozenset[str] = TRANSPORT,
         credential: str | None = None,
+        bucket_size: int = 1,
     ) -> None:
         self.client = client
+        #: Answers kept per key for sampled requests (:mod:`cachekit.llm.buckets`).
+        self.bucket_size = check_bucket(bucket_size)
         self.llm = llm
         self.namespace = namespace
         self.sentinels = sentinels
@@ -129,6 +133,10 @@ class Context:
             key = credential if credential is not None else getattr(client, "api_key", None)
             tenant = resolver.for_key(key)
         self.tenant = tenant
+
+    def bucket(self, req: LLMRequest) -> int:
+        """The bucket ``req`` gets: :attr:`bucket_size` when it is sampled, else 1."""
+        return bucket_for(req.body, self.bucket_size)
 
     def body(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """:func:`request_body` with this SDK's sentinels and transport arguments."""
@@ -190,7 +198,7 @@ class StreamRecorder(Recorder):
             yield item
         body = self._answer()
         if body is not None:
-            self._ctx.llm.store(self._req, body)
+            self._ctx.llm.store(self._req, body, bucket=self._ctx.bucket(self._req))
 
     def __iter__(self) -> Iterator[Any]:
         return self._iter
@@ -221,7 +229,7 @@ class AsyncStreamRecorder(Recorder):
             yield item
         body = self._answer()
         if body is not None:
-            await self._ctx.llm.astore(self._req, body)
+            await self._ctx.llm.astore(self._req, body, bucket=self._ctx.bucket(self._req))
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iter
@@ -306,12 +314,12 @@ class CachedCreate:
         req = self._prepare(kwargs)
         if req is None or req.passthrough is not None:
             return self._inner.create(**kwargs)
-        served = self._served(req, ctx.llm.lookup(req))
+        served = self._served(req, ctx.llm.lookup(req, bucket=ctx.bucket(req)))
         if served is not None:
             return served
         result, body = self._miss(req, self._inner.create(**kwargs))
         if self._storable(req, body):
-            ctx.llm.store(req, body)
+            ctx.llm.store(req, body, bucket=ctx.bucket(req))
         return result
 
 
@@ -323,10 +331,10 @@ class AsyncCachedCreate(CachedCreate):
         req = self._prepare(kwargs)
         if req is None or req.passthrough is not None:
             return await self._inner.create(**kwargs)
-        served = self._served(req, await ctx.llm.alookup(req))
+        served = self._served(req, await ctx.llm.alookup(req, bucket=ctx.bucket(req)))
         if served is not None:
             return served
         result, body = self._miss(req, await self._inner.create(**kwargs))
         if self._storable(req, body):
-            await ctx.llm.astore(req, body)
+            await ctx.llm.astore(req, body, bucket=ctx.bucket(req))
         return result

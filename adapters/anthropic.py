@@ -214,6 +214,7 @@ def cached_client(
     tenant: str | None = None,
     namespace: str = "",
     tenant_secret: str | None = None,
+    bucket_size: int = 1,
 ) -> Any:
     """Wrap ``client`` so Messages API answers are cached in ``cache`` (a
     :class:`~cachekit.Cache`, used through an :class:`~cachekit.llm.LLMCache` with default
@@ -222,7 +223,10 @@ def cached_client(
     ``tenant``: who the entries belong to; by default the keyed hash of the client's API key
     (its ``auth_token`` when it has none), as the proxy computes it (same ``tenant_secret`` or
     ``CACHEKIT_TENANT_SECRET``), so a client and a proxy on one cache share entries.
-    ``namespace``: a partition, as the proxy's ``x-cachekit-namespace`` header."""
+    ``namespace``: a partition, as the proxy's ``x-cachekit-namespace`` header.
+    ``bucket_size``: answers kept per key for sampled requests (temperature not 0, absent
+    meaning 1): the first ``bucket_size`` calls of a key reach the API, later ones get one of
+    those answers at random (:mod:`cachekit.llm.buckets`; the proxy's ``bucket_size``)."""
     if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         raise TypeError(
             "cached_client wraps anthropic.Anthropic or anthropic.AsyncAnthropic, "
@@ -239,5 +243,6 @@ def cached_client(
         sentinels=_SENTINELS,
         transport=_TRANSPORT,
         credential=credential,
+        bucket_size=bucket_size,
     )
     return CachedClient(client, ctx, isinstance(client, anthropic.AsyncAnthropic))

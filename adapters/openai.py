@@ -250,6 +250,7 @@ def cached_client(
     tenant: str | None = None,
     namespace: str = "",
     tenant_secret: str | None = None,
+    bucket_size: int = 1,
 ) -> Any:
     """Wrap ``client`` so chat completions, responses and embeddings are cached in ``cache`` (a
     :class:`~cachekit.Cache`, used through an :class:`~cachekit.llm.LLMCache` with default
@@ -258,11 +259,16 @@ def cached_client(
     ``tenant``: who the entries belong to; by default the keyed hash of the client's API key,
     as the proxy computes it (same ``tenant_secret`` or ``CACHEKIT_TENANT_SECRET``), so a client
     and a proxy on one cache share entries. ``namespace``: a partition, as the proxy's
-    ``x-cachekit-namespace`` header."""
+    ``x-cachekit-namespace`` header.
+    ``bucket_size``: answers kept per key for sampled requests (temperature not 0, absent
+    meaning 1): the first ``bucket_size`` calls of a key reach the API, later ones get one of
+    those answers at random (:mod:`cachekit.llm.buckets`; the proxy's ``bucket_size``)."""
     if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         raise TypeError(
             f"cached_client wraps openai.OpenAI or openai.AsyncOpenAI, got {type(client).__name__}"
         )
     llm = cache if isinstance(cache, LLMCache) else LLMCache(cache)
-    ctx = Context(client, llm, tenant, namespace, tenant_secret, sentinels=_SENTINELS)
+    ctx = Context(
+        client, llm, tenant, namespace, tenant_secret, sentinels=_SENTINELS, bucket_size=bucket_size
+    )
     return CachedClient(client, ctx, isinstance(client, openai.AsyncOpenAI))

@@ -353,3 +353,23 @@ def test_a_missing_anthropic_package_names_the_extra() -> None:
     assert out.stdout.startswith("MissingExtraError"), out.stdout
     assert "pip install 'cachekit-ml[anthropic]'" in out.stdout
     assert "(anthropic is missing)" in out.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_bucket_of_three_answers_sampled_requests(
+    upstream: FakeUpstream, llm: LLMCache, mode: str
+) -> None:
+    cls = anthropic.AsyncAnthropic if mode == "async" else anthropic.Anthropic
+    raw = cls(api_key=f"sk-ant-{uuid.uuid4().hex}", base_url=upstream.url, max_retries=0)
+    client = cached_client(raw, llm, bucket_size=3)
+    sampled = {"extra_body": {"temperature": 0.8}}
+    made = [answer(await call(ask(client, "Tell me a joke", **sampled))) for _ in range(3)]
+    assert len(set(made)) == 3 and upstream.count("/v1/messages") == 3
+    served = {answer(await call(ask(client, "Tell me a joke", **sampled))) for _ in range(24)}
+    assert served <= set(made) and len(served) >= 2  # one of the three, at random
+    assert upstream.count("/v1/messages") == 3
+    greedy = {"extra_body": {"temperature": 0}}
+    await call(ask(client, "Tell me a joke", **greedy))
+    await call(ask(client, "Tell me a joke", **greedy))
+    assert upstream.count("/v1/messages") == 4  # temperature 0: one answer per key
+    await call(raw.close())

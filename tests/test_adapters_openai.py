@@ -346,3 +346,28 @@ async def test_a_stored_answer_the_sdk_cannot_read_is_a_miss(
     got = await call(client.responses.create(model=MODEL, input="What is new in this release"))
     assert isinstance(got, Response) and got.output_text.startswith("Answer #")
     assert calls(upstream, client, RESPONSES) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_bucket_of_three_answers_sampled_requests(
+    upstream: tuple[FakeUpstream, str], llm: LLMCache, mode: str
+) -> None:
+    cls = openai.AsyncOpenAI if mode == "async" else openai.OpenAI
+    raw = cls(base_url=upstream[1] + "/v1", api_key=f"sk-{uuid.uuid4().hex}", max_retries=0)
+    client = cached_client(raw, llm, bucket_size=3)
+
+    async def joke() -> str:
+        r = await call(
+            client.chat.completions.create(
+                model="gpt-4o-mini", messages=msgs("Tell me a joke"), temperature=0.8
+            )
+        )
+        return str(r.choices[0].message.content)
+
+    made = [await joke() for _ in range(3)]
+    assert len(set(made)) == 3 and calls(upstream, client, "/v1/chat/completions") == 3
+    served = {await joke() for _ in range(24)}
+    assert served <= set(made) and len(served) >= 2  # one of the three, at random
+    assert calls(upstream, client, "/v1/chat/completions") == 3
+    with pytest.raises(ValueError, match="bucket size"):
+        cached_client(raw, llm, bucket_size=0)

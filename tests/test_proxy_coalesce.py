@@ -29,10 +29,10 @@ from test_proxy import CHAT, msgs
 class ProxyThread:
     """``create_app`` served by uvicorn on a free 127.0.0.1 port, in a daemon thread."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, **settings: Any) -> None:
         import uvicorn
 
-        config = ProxyConfig.load(None, {"upstream": upstream, "semantic": False})
+        config = ProxyConfig.load(None, {"upstream": upstream, "semantic": False, **settings})
         self.app = create_app(config)
         self.proxy: Proxy = self.app.state.proxy
         self._sock = socket.socket()
@@ -74,8 +74,13 @@ def _body(model: str, stream: bool = False) -> dict[str, Any]:
     return {"model": model, "messages": msgs(uuid.uuid4().hex), "stream": stream}
 
 
-def _post(proxy: ProxyThread, body: dict[str, Any], key: str = "sk-one") -> httpx.Response:
-    headers = {"authorization": f"Bearer {key}"}
+def _post(
+    proxy: ProxyThread,
+    body: dict[str, Any],
+    key: str = "sk-one",
+    more: dict[str, str] | None = None,
+) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}", **(more or {})}
     return httpx.post(proxy.url + CHAT, json=body, headers=headers, timeout=30.0)
 
 
@@ -180,3 +185,42 @@ def test_when_every_caller_leaves_the_upstream_call_is_released(
     deadline = time.monotonic() + 10.0
     wait_until(lambda: proxy.proxy.metrics.inflight.now == 0, timeout=deadline - time.monotonic())
     assert len(proxy.proxy.flights) == 0
+
+
+def test_a_replica_waits_for_the_answer_another_replica_is_fetching(
+    fake: FakeUpstream, redis_url: str
+) -> None:
+    body = _body("fake-held")
+    shared = {"redis_url": redis_url, "coalesce_wait": 20.0}
+    with ProxyThread(fake.url, **shared) as one, ProxyThread(fake.url, **shared) as two:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_post, one, body)
+            wait_until(lambda: fake.count() == 1, timeout=20.0)
+            second = pool.submit(_post, two, body)
+            wait_until(lambda: two.proxy.replicas.waiting == 1, timeout=20.0)
+            fake.gate.set()
+            r1, r2 = first.result(), second.result()
+        assert fake.count() == 1  # the second replica never asked
+        assert r1.headers["x-cachekit-cache"] == "MISS" and r2.headers["x-cachekit-cache"] == "HIT"
+        assert r1.content == r2.content
+        # The mark is gone once the answer landed: a new key on the second replica asks at once.
+        other = _body("fake-slow-not")
+        assert _post(two, other).headers["x-cachekit-cache"] == "MISS"
+        assert two.proxy.replicas.waiting == 0 and fake.count() == 2
+
+
+def test_a_replica_asks_on_its_own_when_the_other_call_brings_nothing(
+    fake: FakeUpstream, redis_url: str
+) -> None:
+    body = {**_body("fake-held"), "n": 1}
+    shared = {"redis_url": redis_url, "coalesce_wait": 20.0}
+    with ProxyThread(fake.url, **shared) as one, ProxyThread(fake.url, **shared) as two:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_post, one, body, "sk-one", {"cache-control": "no-store"})
+            wait_until(lambda: fake.count() == 1, timeout=20.0)
+            second = pool.submit(_post, two, body, "sk-one")
+            wait_until(lambda: two.proxy.replicas.waiting == 1, timeout=20.0)
+            fake.gate.set()
+            assert first.result().headers["x-cachekit-cache"] == "MISS"
+            assert second.result().headers["x-cachekit-cache"] == "MISS"
+        assert fake.count() == 2  # nothing was stored: the waiting replica asked itself

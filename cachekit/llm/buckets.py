@@ -17,7 +17,16 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_BUCKET", "answers_of", "check_bucket", "filling", "pick", "with_answer"]
+__all__ = [
+    "MAX_BUCKET",
+    "answers_of",
+    "bucket_for",
+    "check_bucket",
+    "filling",
+    "pick",
+    "temperature_of",
+    "with_answer",
+]
 
 #: The largest bucket a request may ask for.
 MAX_BUCKET = 64
@@ -28,6 +37,18 @@ def check_bucket(size: Any) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BUCKET:
         raise ValueError(f"bucket size must be an integer from 1 to {MAX_BUCKET}, got {size!r}")
     return size
+
+
+def temperature_of(body: Mapping[str, Any]) -> float:
+    """A request's sampling temperature: its ``temperature``, else the APIs' default, 1."""
+    t = body.get("temperature")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 1.0
+
+
+def bucket_for(body: Mapping[str, Any], size: int) -> int:
+    """The bucket a request gets from a configured ``size``: ``size`` for a sampled request
+    (temperature not 0), 1 (one answer per key) for a greedy one."""
+    return size if size > 1 and temperature_of(body) != 0 else 1
 
 
 def answers_of(value: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -80,7 +80,8 @@ from cachekit.proxy.http import (
 )
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
-from cachekit.proxy.relay import pump, releaser
+from cachekit.proxy.relay import joined_response, pump, releaser
+from cachekit.proxy.replicas import ReplicaFlights
 from cachekit.proxy.upstream import UpstreamHealth, describe, health_report, upstream_failure
 from cachekit.semantic.policy.slots import refusal_kind
 
@@ -133,6 +134,8 @@ class Proxy:
         self._memo = RequestMemo()
         #: Upstream calls under way that identical misses share.
         self.flights = Flights()
+        #: Identical misses on other replicas sharing the Redis.
+        self.replicas = ReplicaFlights(llm.cache, settings.coalesce_wait)
         #: Semantic hits served, for :meth:`feedback`.
         self.served = ServedHits()
 
@@ -304,12 +307,20 @@ class Proxy:
         key = (req.key, req.stream, req.include_usage) if shareable else None
         flight = self.flights.joinable(key) if key is not None else None
         if flight is not None:
-            joined = await self._join(flight)
+            joined = await joined_response(flight)
             if joined is not None:
                 self.metrics.child(counted, req.api.label, "COALESCED").inc()
                 return joined
+        if key is not None and self.replicas.enabled:
+            found = await self.replicas.answered(
+                req, self.llm.alookup(req, max_age=controls.max_age)
+            )
+            if found is not None:
+                return self._hit(req, found, req.api.label, time.perf_counter())
         self.metrics.child(counted, req.api.label, outcome["x-cachekit-cache"]).inc()
         flight = self.flights.start(key, self.config.proxy.max_answer_bytes)
+        if key is not None and self.replicas.enabled:
+            flight.then(lambda: self._spawn(self.replicas.unmark(req)))
         try:
             response = await self._miss(request, req, raw, controls, outcome, flight)
         except BaseException:
@@ -322,24 +333,6 @@ class Proxy:
             else:  # later callers share it until it is stored
                 response.background = then(response.background, flight.land)
         return response
-
-    async def _join(self, flight: Flight) -> Response | None:
-        """The answer of an identical request's upstream call, or ``None`` when it failed or
-        can no longer be read from its start (then this request asks on its own)."""
-        flight.waiting += 1
-        try:
-            await flight.ready.wait()
-        finally:
-            flight.waiting -= 1
-        if flight.failed:
-            return None
-        headers = {**flight.headers, "x-cachekit-cache": "COALESCED"}
-        if flight.body is not None:
-            return Response(flight.body, status_code=flight.status, headers=headers)
-        if not flight.joinable():
-            return None
-        sub = flight.subscribe()
-        return RelayResponse(sub.stream(), sub.leave, status_code=flight.status, headers=headers)
 
     def _hit(self, req: LLMRequest, found: CacheLookup, label: str, t0: float) -> Response:
         kind = "SEMANTIC_HIT" if found.status is Status.SEMANTIC_HIT else "HIT"

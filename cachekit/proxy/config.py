@@ -73,6 +73,9 @@ class ProxySettings:
     connect_timeout: float = 5.0
     upstream_timeout: float = 600.0
     max_connections: int = 512
+    #: Seconds a replica waits for the answer to an identical request another replica sharing
+    #: its Redis is fetching, before asking the upstream itself (0: never waits).
+    coalesce_wait: float = 2.0
     #: Parts a cached answer's content is cut into when replayed as a stream.
     stream_pieces: int = 8
     #: Ask the upstream for usage on streamed misses (and drop it from the relay when the client

@@ -61,6 +61,7 @@ class Flight:
         self._subscribers: set[Subscriber] = set()
         #: Callers waiting for the answer's status (a whole answer's body).
         self.waiting = 0
+        self._then: list[Callable[[], object]] = []
         self._wake = asyncio.Event()
 
     # ------------------------------------------------------------------ the first caller's side
@@ -84,6 +85,13 @@ class Flight:
         landed, self.on_landed = self.on_landed, None
         if landed is not None:
             landed()
+        for then in self._then:
+            then()
+        self._then.clear()
+
+    def then(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` too once the flight has landed."""
+        self._then.append(fn)
 
     async def add(self, piece: bytes) -> None:
         """One relayed piece of a stream; returns once the slowest subscriber is at most

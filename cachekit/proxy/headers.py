@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from cachekit.llm import CacheLookup, RequestError
-from cachekit.llm.buckets import MAX_BUCKET
+from cachekit.llm.buckets import MAX_BUCKET, bucket_for, temperature_of
 
 __all__ = [
     "BODY_CONTROLS",
@@ -258,10 +258,9 @@ def sampling(
     a sampled request: temperature not 0, absent meaning the APIs' default of 1), and why a
     request sampled above the maximum temperature (the header's, else ``max_temperature``)
     skips the cache when it asked for no bucket, else ``None``."""
-    temperature = body.get("temperature")
-    temperature = 1.0 if not isinstance(temperature, (int, float)) else float(temperature)
+    temperature = temperature_of(body)
     bucket = controls.bucket
-    if bucket is None and bucket_size > 1 and temperature != 0:
+    if bucket is None and bucket_for(body, bucket_size) > 1:
         bucket = bucket_size
     limit = max_temperature if controls.max_temperature is None else controls.max_temperature
     if bucket is None and limit is not None and temperature > limit:

@@ -10,11 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from starlette.responses import Response
 
 from cachekit.llm.streaming import StreamAssembler
 from cachekit.proxy.flights import Flight
+from cachekit.proxy.http import RelayResponse
 
-__all__ = ["pump", "releaser"]
+__all__ = ["joined_response", "pump", "releaser"]
 
 log = logging.getLogger("cachekit.proxy")
 
@@ -67,3 +69,22 @@ async def pump(
         flight.end(broken=not finished)
         await release()
     return finished
+
+
+async def joined_response(flight: Flight) -> Response | None:
+    """The answer of an identical request's upstream call, or ``None`` when it failed or
+    can no longer be read from its start (then this request asks on its own)."""
+    flight.waiting += 1
+    try:
+        await flight.ready.wait()
+    finally:
+        flight.waiting -= 1
+    if flight.failed:
+        return None
+    headers = {**flight.headers, "x-cachekit-cache": "COALESCED"}
+    if flight.body is not None:
+        return Response(flight.body, status_code=flight.status, headers=headers)
+    if not flight.joinable():
+        return None
+    sub = flight.subscribe()
+    return RelayResponse(sub.stream(), sub.leave, status_code=flight.status, headers=headers)
