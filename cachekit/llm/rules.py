@@ -235,13 +235,15 @@ def keyed_headers(endpoint: str, headers: Headers) -> tuple[tuple[str, str], ...
     return tuple(sorted((n, ", ".join(v)) for n, v in found.items()))
 
 
-def _payload(
-    endpoint: str, fields: dict[str, Any], tenant: str, namespace: str, headers: Any
-) -> dict[str, Any]:
+def _key(
+    kind: str, endpoint: str, fields: dict[str, Any], tenant: str, namespace: str, headers: Any
+) -> str:
+    """``kind`` and the digest of the canonical JSON of what a key is made of (keyed headers
+    only when there are some: the OpenAI keys of earlier versions stay valid)."""
     payload = {"e": endpoint, "t": tenant, "ns": namespace, "b": fields}
     if headers:
         payload["h"] = dict(headers)
-    return payload
+    return kind + _digest(canonical_json(payload))
 
 
 def exact_key(
@@ -255,8 +257,7 @@ def exact_key(
     tenant, namespace, keyed headers (:func:`keyed_headers`) and every field that changes the
     answer. ``null`` fields count as absent."""
     fields = get_endpoint(endpoint).answer_fields(body)
-    payload = _payload(endpoint, fields, tenant, namespace, headers)
-    return "llm:x:" + _digest(canonical_json(payload))
+    return _key("llm:x:", endpoint, fields, tenant, namespace, headers)
 
 
 def semantic_text(endpoint: str, body: Mapping[str, Any]) -> str | None:
@@ -286,8 +287,7 @@ def scope_key(
     headers, tenant, namespace. Meaningful when :func:`semantic_text` is not ``None``."""
     api = get_endpoint(endpoint)
     fields = api.scope_fields(api.answer_fields(body))
-    payload = _payload(endpoint, fields, tenant, namespace, headers)
-    return "llm:s:" + _digest(canonical_json(payload))
+    return _key("llm:s:", endpoint, fields, tenant, namespace, headers)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ __all__ = [
     "message_reason",
     "text_of",
     "unfinished_choices",
+    "without_last_content",
 ]
 
 _ID_PREFIX = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -83,6 +84,17 @@ def last_user_text(messages: Any, kind: str = "text") -> str | None:
         return None
     last = messages[-1]
     return text_of(last.get("content"), kind) if last.get("role") == "user" else None
+
+
+def without_last_content(fields: dict[str, Any], name: str = "messages") -> dict[str, Any]:
+    """``fields`` with the last message's ``content`` taken out (its other fields kept): a
+    conversation's scope, whose last text is compared by similarity."""
+    msgs = fields.get(name)
+    if isinstance(msgs, list):
+        last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}
+        last.pop("content", None)
+        fields[name] = [*msgs[:-1], last]
+    return fields
 
 
 def _zeroed(value: Any) -> Any:

@@ -17,11 +17,12 @@ from cachekit.llm.endpoints.base import (
     last_user_text,
     message_reason,
     unfinished_choices,
+    without_last_content,
 )
 from cachekit.llm.streaming import DONE, sse_event, sse_stream
 from cachekit.llm.validate import check_chat
 
-__all__ = ["ChatCompletions", "chunk_events", "stream_usage_body", "usage_only"]
+__all__ = ["ChatCompletions", "ChunkStreamed", "chunk_events", "stream_usage_body", "usage_only"]
 
 
 def chunk_events(items: list[Any]) -> Iterator[bytes]:
@@ -47,7 +48,36 @@ def usage_only(chunk: Any) -> bool:
     return isinstance(chunk, dict) and chunk.get("choices") == [] and bool(chunk.get("usage"))
 
 
-class ChatCompletions(Endpoint):
+class ChunkStreamed(Endpoint):
+    """What chat completions and completions share: choices with finish reasons, streamed as
+    ``data:`` chunks up to ``data: [DONE]`` with usage on request
+    (``stream_options.include_usage``)."""
+
+    def logged_events(self, items: list[Any]) -> Iterator[bytes]:
+        return chunk_events(items)
+
+    def include_usage(self, body: Mapping[str, Any]) -> bool:
+        so = body.get("stream_options")
+        return isinstance(so, dict) and bool(so.get("include_usage"))
+
+    def upstream_body(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        return stream_usage_body(body)
+
+    def drop_event(self, event: Any) -> bool:
+        return usage_only(event)
+
+    def unfinished(
+        self, body: Mapping[str, Any], *, cache_length: bool, cache_refusals: bool
+    ) -> str | None:
+        return unfinished_choices(body, cache_length)
+
+    def replay(
+        self, response: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
+    ) -> Iterator[bytes]:
+        return sse_stream(response, include_usage=include_usage, pieces=pieces)
+
+
+class ChatCompletions(ChunkStreamed):
     path = "/v1/chat/completions"
     label = "chat"
     store_default = False
@@ -73,35 +103,7 @@ class ChatCompletions(Endpoint):
         return super().exact_only_reason(body) or message_reason(role)
 
     def scope_fields(self, fields: dict[str, Any]) -> dict[str, Any]:
-        msgs = fields.get("messages")
-        if isinstance(msgs, list):
-            last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}
-            last.pop("content", None)
-            fields["messages"] = [*msgs[:-1], last]
-        return fields
-
-    def logged_events(self, items: list[Any]) -> Iterator[bytes]:
-        return chunk_events(items)
-
-    def include_usage(self, body: Mapping[str, Any]) -> bool:
-        so = body.get("stream_options")
-        return isinstance(so, dict) and bool(so.get("include_usage"))
-
-    def upstream_body(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        return stream_usage_body(body)
-
-    def drop_event(self, event: Any) -> bool:
-        return usage_only(event)
+        return without_last_content(fields)
 
     def check_response(self, body: Mapping[str, Any]) -> str | None:
         return check_chat(body)
-
-    def unfinished(
-        self, body: Mapping[str, Any], *, cache_length: bool, cache_refusals: bool
-    ) -> str | None:
-        return unfinished_choices(body, cache_length)
-
-    def replay(
-        self, response: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
-    ) -> Iterator[bytes]:
-        return sse_stream(response, include_usage=include_usage, pieces=pieces)

@@ -6,19 +6,17 @@ so is ``n > 1``); the scope is every other field.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cachekit.llm.checks import COMMON_INTEGERS, MAX_COUNT, check, check_common, check_input
-from cachekit.llm.endpoints.base import Endpoint, unfinished_choices
-from cachekit.llm.endpoints.chat import chunk_events, stream_usage_body, usage_only
-from cachekit.llm.streaming import sse_stream
+from cachekit.llm.endpoints.chat import ChunkStreamed
 from cachekit.llm.validate import check_completion
 
 __all__ = ["Completions"]
 
 
-class Completions(Endpoint):
+class Completions(ChunkStreamed):
     path = "/v1/completions"
     label = "completions"
     integer_ranges = {
@@ -46,28 +44,5 @@ class Completions(Endpoint):
         fields.pop("prompt", None)
         return fields
 
-    def logged_events(self, items: list[Any]) -> Iterator[bytes]:
-        return chunk_events(items)
-
-    def include_usage(self, body: Mapping[str, Any]) -> bool:
-        so = body.get("stream_options")
-        return isinstance(so, dict) and bool(so.get("include_usage"))
-
-    def upstream_body(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        return stream_usage_body(body)
-
-    def drop_event(self, event: Any) -> bool:
-        return usage_only(event)
-
     def check_response(self, body: Mapping[str, Any]) -> str | None:
         return check_completion(body)
-
-    def unfinished(
-        self, body: Mapping[str, Any], *, cache_length: bool, cache_refusals: bool
-    ) -> str | None:
-        return unfinished_choices(body, cache_length)
-
-    def replay(
-        self, response: dict[str, Any], *, include_usage: bool = False, pieces: int = 8
-    ) -> Iterator[bytes]:
-        return sse_stream(response, include_usage=include_usage, pieces=pieces)

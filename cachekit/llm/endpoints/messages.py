@@ -26,7 +26,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from cachekit.llm.checks import MAX_COUNT, check, check_int, is_number
-from cachekit.llm.endpoints.base import Endpoint, message_reason, text_of
+from cachekit.llm.endpoints.base import (
+    Endpoint,
+    message_reason,
+    text_of,
+    without_last_content,
+)
 from cachekit.llm.endpoints.messages_stream import (
     MessagesStreamAssembler,
     check_message,
@@ -202,12 +207,7 @@ class Messages(Endpoint):
         return message_reason(last.get("role"))
 
     def scope_fields(self, fields: dict[str, Any]) -> dict[str, Any]:
-        msgs = fields.get("messages")
-        if isinstance(msgs, list):
-            last = dict(msgs[-1]) if msgs and isinstance(msgs[-1], dict) else {}
-            last.pop("content", None)
-            fields["messages"] = [*msgs[:-1], last]
-        return fields
+        return without_last_content(fields)
 
     def check_response(self, body: Mapping[str, Any]) -> str | None:
         return check_message(body)
