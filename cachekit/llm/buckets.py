@@ -53,6 +53,8 @@ def bucket_for(body: Mapping[str, Any], size: int) -> int:
 
 def answers_of(value: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The answers a stored wrapper holds: its bucket, else its one answer."""
+    if "b" not in value:
+        return [value["r"]]
     bucket = value.get("b")
     if isinstance(bucket, list) and bucket:
         return [a for a in bucket if isinstance(a, dict)]
@@ -62,12 +64,16 @@ def answers_of(value: Mapping[str, Any]) -> list[dict[str, Any]]:
 def filling(value: Mapping[str, Any], size: int) -> str | None:
     """Why ``value`` may not answer a request asking for a bucket of ``size`` (``bucket
     filling 2/3``: that request goes upstream, its answer joins), or ``None``."""
+    if size == 1:
+        return None  # any entry holds one answer
     held = len(answers_of(value))
     return f"bucket filling {held}/{size}" if held < size else None
 
 
 def pick(value: Mapping[str, Any], rng: random.Random | None = None) -> dict[str, Any]:
     """One of the stored answers, at random."""
+    if "b" not in value:
+        return value["r"]
     answers = answers_of(value)
     return answers[0] if len(answers) == 1 else (rng or random).choice(answers)
 

@@ -59,8 +59,8 @@ class LLMCacheConfig:
     #: (``None``: none skips).
     max_temperature: float | None = None
     #: What a hit's ``usage`` says: ``stored`` (the original call's counts, as the upstream sent
-    #: them) or ``zero`` (no tokens were spent; the saved counts are in
-    #: ``x-cachekit-tokens-saved`` either way).
+    #: them) or ``zero`` (no tokens were spent; the proxy sends the saved count in
+    #: ``x-cachekit-tokens-saved``).
     hit_usage: str = "stored"
     #: Keys the tenant hash; replicas that share entries need the same. Default: the
     #: ``CACHEKIT_TENANT_SECRET`` environment variable, else derived from the namespace.

@@ -122,15 +122,16 @@ class PriceTable:
         # Chat and completions count prompt/completion tokens; the Responses and Messages APIs
         # input/output.
         responses = "prompt_tokens" not in usage and "input_tokens" in usage
-        keys = (
+        keys: tuple[str, ...] = (
             ("input_tokens", "output_tokens")
             if responses
             else ("prompt_tokens", "completion_tokens")
         )
         # Anthropic counts the prompt's tokens read from and written to its prompt cache apart:
         # a hit saves the whole call, so they are input too.
-        cached = ("cache_creation_input_tokens", "cache_read_input_tokens") if responses else ()
-        for key in (*keys, *cached):
+        if responses and "cache_read_input_tokens" in usage:
+            keys = (*keys, "cache_creation_input_tokens", "cache_read_input_tokens")
+        for key in keys:
             n = usage.get(key)
             if n is None:
                 n = 0

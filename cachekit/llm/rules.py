@@ -316,7 +316,7 @@ class LLMRequest:
             return None
         return scope_key(self.endpoint, self.body, self.tenant, self.namespace, self.headers)
 
-    @property
+    @cached_property
     def api(self) -> Endpoint:
         """The request's :class:`~cachekit.llm.endpoints.Endpoint`."""
         return get_endpoint(self.endpoint)
@@ -325,12 +325,12 @@ class LLMRequest:
     def model(self) -> str:
         return str(self.body.get("model", ""))
 
-    @property
+    @cached_property
     def stream(self) -> bool:
         """Whether the answer is sent as events (``stream: true`` where the API streams)."""
         return bool(self.body.get("stream")) and self.api.streams
 
-    @property
+    @cached_property
     def include_usage(self) -> bool:
         return self.api.include_usage(self.body)
 
@@ -369,9 +369,9 @@ def prepare(
 def check_response(endpoint: str, body: Any) -> str | None:
     """``None`` when ``body`` is a well-formed answer of ``endpoint``, else why not. An unknown
     endpoint is never well-formed (nothing is cached for it)."""
-    if not isinstance(body, Mapping):
+    if not isinstance(body, dict) and not isinstance(body, Mapping):
         return "not an object"
-    api = endpoint_for(endpoint)
+    api = ENDPOINTS.get(endpoint) or endpoint_for(endpoint)
     if api is None:
         return f"endpoint {endpoint} not cached"
     return api.check_response(body)

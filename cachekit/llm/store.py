@@ -116,6 +116,11 @@ def _where(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: options[k] for k in ("endpoint", "namespace") if k in options}
 
 
+def _bucket(options: Mapping[str, Any]) -> int:
+    size = options.get("bucket", 1)
+    return 1 if size == 1 and type(size) is int else check_bucket(size)
+
+
 def _lookup_failed(exc: Exception) -> CacheLookup:
     log.warning("LLM cache lookup failed (served as a miss): %r", exc)
     return _MISS
@@ -142,6 +147,8 @@ def _malformed(value: Any, endpoint: str | None) -> str | None:
         return "store time or expiry not a number"
     if endpoint is None:
         return None
+    if "b" not in value:  # one answer (no bucket): the common case
+        return check_response(endpoint, value["r"])
     for answer in answers_of(value):
         why = check_response(endpoint, answer)
         if why is not None:
@@ -446,7 +453,7 @@ class LLMCache:
             options.get("max_age"),
             options.get("min_similarity"),
             options.get("semantic", True),
-            check_bucket(options.get("bucket", 1)),
+            _bucket(options),
         )
 
     def _store_of(
@@ -463,7 +470,7 @@ class LLMCache:
             response,
             options.get("ttl"),
             options.get("semantic", True),
-            check_bucket(options.get("bucket", 1)),
+            _bucket(options),
         )
 
     def lookup(

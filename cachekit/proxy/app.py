@@ -55,6 +55,7 @@ from cachekit.proxy.flights import Flight, Flights
 from cachekit.proxy.headers import (
     BODY_CONTROLS,
     HOP_BY_HOP,
+    NO_CONTROLS,
     UPSTREAM_DROP_RESPONSE,
     Controls,
     forward_headers,
@@ -124,6 +125,10 @@ class Proxy:
             )
         self.llm = llm
         self.tenants = config.cache.tenants()
+        #: Buckets or a temperature bound configured (else a request without controls skips
+        #: :func:`sampling`); a hit's usage reported as zeros.
+        self._sampling = config.cache.bucket_size > 1 or config.cache.max_temperature is not None
+        self._zero_usage = config.cache.hit_usage == "zero"
         self.prices = config.cache.prices
         self.metrics = ProxyMetrics(max_models=settings.metrics_max_models)
         self.limits = CallerLimits(settings.max_upstream_per_caller, self.metrics.inflight)
@@ -247,7 +252,7 @@ class Proxy:
         try:
             controls = parse_controls(request.headers)
             raw = await self._read_body(request)
-            if BODY_CONTROLS.encode() in raw:  # LiteLLM's controls: honoured, never forwarded
+            if _BODY_CONTROLS in raw:  # LiteLLM's controls: honoured, never forwarded
                 body = loads(raw)
                 if BODY_CONTROLS in body:
                     controls = strip_body_controls(body, controls)
@@ -258,8 +263,10 @@ class Proxy:
         except RequestError as exc:
             self.metrics.errors.labels(_ERROR_REASON.get(exc.status, "bad_request")).inc()
             return refusal(exc, api)
-        cfg = self.config.cache
-        controls, skip = sampling(req.body, controls, cfg.bucket_size, cfg.max_temperature)
+        skip = None
+        if self._sampling or controls is not NO_CONTROLS:
+            cfg = self.config.cache
+            controls, skip = sampling(req.body, controls, cfg.bucket_size, cfg.max_temperature)
         if req.passthrough is not None:  # state upstream: forwarded, never stored
             outcome, controls = PASSTHROUGH, dataclasses.replace(controls, no_store=True)
         elif controls.no_cache or skip is not None:
@@ -346,10 +353,10 @@ class Proxy:
                 headers["x-cachekit-response-id"] = str(response["id"])
         usage = response.get("usage")
         counts = req.api.usage_counts(usage)
-        if counts is not None:
-            headers["x-cachekit-tokens-saved"] = f"{counts[0] + counts[1]}"
-        if self.config.cache.hit_usage == "zero":
+        if self._zero_usage:  # the tokens saved go in a header instead
             response = req.api.without_usage(response)
+            if counts is not None:
+                headers["x-cachekit-tokens-saved"] = f"{counts[0] + counts[1]}"
         model = str(response.get("model") or req.model)[:80]
         metrics = self.metrics
         metrics.child(metrics.requests, label, kind).inc()
@@ -628,6 +635,8 @@ class Proxy:
             self.llm.cache.health(), self.upstream_health, self.metrics.inflight.now
         )
 
+
+_BODY_CONTROLS = BODY_CONTROLS.encode()
 
 #: The errors metric's reason for a request error's status (anything else: bad_request).
 _ERROR_REASON = {413: "too_large", 408: "body_timeout", 499: "client_disconnected"}

@@ -18,6 +18,7 @@ from cachekit.llm.buckets import MAX_BUCKET, bucket_for, temperature_of
 __all__ = [
     "BODY_CONTROLS",
     "HOP_BY_HOP",
+    "NO_CONTROLS",
     "UPSTREAM_DROP_RESPONSE",
     "Controls",
     "body_controls",
@@ -72,6 +73,8 @@ class Controls:
 
 
 _DEFAULT_CONTROLS = Controls()
+#: What :func:`parse_controls` returns for a request without control headers (this one object).
+NO_CONTROLS = _DEFAULT_CONTROLS
 _CONTROL_HEADERS = (
     "x-cachekit-ttl",
     "x-cachekit-threshold",
@@ -112,12 +115,22 @@ def _number(
     return value
 
 
+def _has_controls(headers: Mapping[str, str]) -> bool:
+    """Whether any control header was sent: one pass over Starlette's raw header lines (each
+    ``name in headers`` is a pass of its own), any mapping's keys otherwise."""
+    raw = getattr(headers, "raw", None)
+    if raw is None:
+        return any(h in headers for h in ("cache-control", *_CONTROL_HEADERS))
+    return any(k == b"cache-control" or k.startswith(b"x-cachekit-") for k, _ in raw)
+
+
 def parse_controls(headers: Mapping[str, str]) -> Controls:
     """``Cache-Control`` (``no-cache``, ``no-store``, ``max-age=N``), ``x-cachekit-ttl``,
-    ``x-cachekit-threshold`` and ``x-cachekit-namespace``; :class:`RequestError` when malformed."""
-    cc = _header(headers, "cache-control")
-    if cc is None and not any(h in headers for h in _CONTROL_HEADERS):
+    ``x-cachekit-threshold``, ``x-cachekit-namespace``, ``x-cachekit-bucket-size`` and
+    ``x-cachekit-max-temperature``; :class:`RequestError` when malformed."""
+    if not _has_controls(headers):
         return _DEFAULT_CONTROLS
+    cc = _header(headers, "cache-control")
     no_cache = no_store = only_if_cached = False
     max_age: float | None = None
     for part in (cc or "").split(","):
@@ -258,12 +271,13 @@ def sampling(
     a sampled request: temperature not 0, absent meaning the APIs' default of 1), and why a
     request sampled above the maximum temperature (the header's, else ``max_temperature``)
     skips the cache when it asked for no bucket, else ``None``."""
-    temperature = temperature_of(body)
     bucket = controls.bucket
     if bucket is None and bucket_for(body, bucket_size) > 1:
         bucket = bucket_size
     limit = max_temperature if controls.max_temperature is None else controls.max_temperature
-    if bucket is None and limit is not None and temperature > limit:
-        skip = f"temperature {temperature:g} > {limit:g}"
+    if bucket is None and limit is not None and temperature_of(body) > limit:
+        skip = f"temperature {temperature_of(body):g} > {limit:g}"
         return dataclasses.replace(controls, no_store=True), skip
-    return dataclasses.replace(controls, bucket=bucket or 1), None
+    if bucket == controls.bucket:
+        return controls, None  # the common case: nothing to change (no copy on the hit path)
+    return dataclasses.replace(controls, bucket=bucket), None

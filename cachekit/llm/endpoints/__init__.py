@@ -41,6 +41,9 @@ def register(endpoint: Endpoint) -> Endpoint:
 
 def endpoint_for(path: str) -> Endpoint | None:
     """The endpoint a URL path names (a query and a trailing slash tolerated), else ``None``."""
+    found = ENDPOINTS.get(path)
+    if found is not None:
+        return found
     p = path.split("?", 1)[0]
     if len(p) > 1 and p.endswith("/"):
         p = p[:-1]

@@ -236,9 +236,11 @@ class Endpoint:
     def usage_counts(self, usage: Any) -> tuple[int, int] | None:
         """``(input, output)`` tokens of an answer's ``usage``, or ``None`` when unknown or
         malformed."""
-        if not isinstance(usage, Mapping):
+        if not isinstance(usage, dict) and not isinstance(usage, Mapping):
             return None
         prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        if type(prompt) is int and type(completion) is int and prompt >= 0 and completion >= 0:
+            return prompt, completion  # the common case, without a call per count
         if not (is_count(prompt) and is_count(completion)):
             return None
         return prompt, completion
