@@ -121,7 +121,10 @@ def _has_controls(headers: Mapping[str, str]) -> bool:
     raw = getattr(headers, "raw", None)
     if raw is None:
         return any(h in headers for h in ("cache-control", *_CONTROL_HEADERS))
-    return any(k == b"cache-control" or k.startswith(b"x-cachekit-") for k, _ in raw)
+    for name, _ in raw:
+        if name == b"cache-control" or name[:11] == b"x-cachekit-":
+            return True
+    return False
 
 
 def parse_controls(headers: Mapping[str, str]) -> Controls:
