@@ -49,6 +49,7 @@ from cachekit.llm import (
 from cachekit.llm.hit_ids import check_continuable, response_id_in
 from cachekit.llm.rules import caller_key, keyed_headers
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
+from cachekit.proxy.dashboard import dashboard_routes
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
 from cachekit.proxy.feedback import HITS_REMEMBERED, UNKNOWN_ID, ServedHits
 from cachekit.proxy.flights import Flight, Flights
@@ -675,6 +676,7 @@ def create_app(
         Route(FEEDBACK_PATH, proxy.feedback, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *dashboard_routes(proxy),
         Route("/v1/{path:path}", proxy.passthrough, methods=PASSTHROUGH_METHODS),
     ]
     app = Starlette(
