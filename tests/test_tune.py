@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("peft")
 
-from cachekit import Cache
+from cachekit import Cache, Status
 from cachekit.cli.main import main as cli_main
 from cachekit.semantic.embed.adapter import (
     ADAPTER_FILE,
@@ -445,3 +445,53 @@ def test_recalibrate_chooses_the_point_again_and_keeps_the_adapter(
     assert reloaded.name == name_before  # same adapter: same entries
     with pytest.raises(ValueError, match="duplicates"):
         recalibrate(copy, [p for p in read_pairs(pairs_file) if not p.duplicate])
+
+
+def test_base_and_tuned_embedders_never_share_entries(
+    tuned_dir: Path, model_cache: Path, redis_url: str
+) -> None:
+    """The base model and a tuned adapter side by side on one Redis (half a fleet upgraded):
+    each one's shared entries are never the other's candidates; the mismatch is counted and
+    named."""
+    from cachekit.llm import LLMCache, prepare
+    from cachekit.semantic.embed.embedder import fingerprint_of
+    from cachekit.testing import wait_until
+
+    base = SentenceTransformerEmbedder(backend="torch")
+    tuned = load_embedder(tuned_dir, backend="torch", cache_dir=model_cache)
+    assert fingerprint_of(base) != fingerprint_of(tuned)
+    assert fingerprint_of(base).startswith(base.name + "|384|")
+
+    def request(text: str) -> object:
+        body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+        return prepare("/v1/chat/completions", body, "t")
+
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Rinse it."},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    caches = [
+        LLMCache(Cache(redis_url=redis_url, namespace="side"), threshold=0.5, embedder=e)
+        for e in (base, tuned, base)
+    ]
+    writer, other, same = caches
+    try:
+        for c in (other, same):
+            c.warm(False, 30.0)
+        assert writer.store(request("How do I cook rice?"), answer)
+        para = request("What is the best way to cook rice?")
+        wait_until(lambda: same.lookup(para).status is Status.SEMANTIC_HIT, timeout=20.0)
+        wait_until(lambda: (other.semantic_health() or {}).get("embedder_mismatch"), timeout=20.0)
+        assert other.lookup(para).status is Status.MISS
+        assert (other.semantic_health() or {})["foreign_embedders"] == [fingerprint_of(base)]
+    finally:
+        for c in caches:
+            c.close()

@@ -10,6 +10,7 @@ from typing import NoReturn
 from cachekit._core.extras import MissingExtraError, require_installed
 from cachekit._version import __version__
 from cachekit.cli import export_labels as labels_cli
+from cachekit.cli import reembed as reembed_cli
 from cachekit.proxy import server as serve_cli
 from cachekit.proxy.config import UPSTREAM_REQUIRED, load_embedder
 from cachekit.replay import cli as replay_cli
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_verifier(sub)
     _add_tune(sub)
     labels_cli.add_parser(sub)
+    reembed_cli.add_parser(sub)
     return parser
 
 
@@ -195,6 +197,7 @@ def _tune(args: argparse.Namespace) -> int:
 #: with its install command instead of ending in a traceback.
 SERVE_NEEDS = (("uvicorn", "proxy"), ("starlette", "proxy"), ("httpx", "proxy"))
 REPLAY_NEEDS = (("rich", "replay"), ("numpy", "semantic"), ("faiss", "semantic"))
+REEMBED_NEEDS = (("numpy", "semantic"), ("faiss", "semantic"), ("redis", "redis"))
 
 
 def _with_extras(command: str, needs: tuple[tuple[str, str], ...], run: Callable[[], int]) -> int:
@@ -231,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _tune(args)
     if args.command == "export-labels":
         return labels_cli.run(args)
+    if args.command == "reembed":
+        return _with_extras("reembed", REEMBED_NEEDS, lambda: reembed_cli.run(args))
     # No command is a usage error, as argparse's own are: exit 2, help on stderr.
     parser.print_help(sys.stderr)
     return 2

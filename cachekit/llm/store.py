@@ -231,6 +231,17 @@ class LLMCache:
             )
         return fn
 
+    def semantic_health(self) -> dict[str, Any] | None:
+        """The semantic tier's embedder and the shared entries it refused as another embedder's
+        (``embedder``, ``embedder_mismatch``, ``foreign_embedders``), or ``None`` before the tier
+        is built (or without one)."""
+        fn = self._fn
+        if fn is None:
+            return None
+        stats = fn.tier.stats()
+        keys = ("embedder", "embedder_mismatch", "foreign_embedders")
+        return {k: stats.get(k) for k in keys}
+
     def start(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
         """Build the semantic function now and wait (up to ``timeout`` s) until its index has
         been loaded from Redis, so the first requests can hit. True when ready."""

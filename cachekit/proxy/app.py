@@ -52,7 +52,6 @@ from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.dashboard import dashboard_routes
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
 from cachekit.proxy.feedback import HITS_REMEMBERED, UNKNOWN_ID, ServedHits
-from cachekit.proxy.flights import Flight, Flights
 from cachekit.proxy.headers import (
     BODY_CONTROLS,
     HOP_BY_HOP,
@@ -80,10 +79,11 @@ from cachekit.proxy.http import (
     tagged,
     then,
 )
+from cachekit.proxy.inflight.flights import Flight, Flights
+from cachekit.proxy.inflight.relay import joined_response, pump, releaser
+from cachekit.proxy.inflight.replicas import ReplicaFlights
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
-from cachekit.proxy.relay import joined_response, pump, releaser
-from cachekit.proxy.replicas import ReplicaFlights
 from cachekit.proxy.upstream import UpstreamHealth, describe, health_report, upstream_failure
 from cachekit.semantic.policy.slots import refusal_kind
 
@@ -308,8 +308,8 @@ class Proxy:
         outcome: dict[str, str],
     ) -> Response:
         """A miss that shares the upstream call of an identical request of the same tenant
-        under way (:mod:`cachekit.proxy.flights`), else makes its own, which later identical
-        requests may share. A bucket's requests each want an answer of their own."""
+        under way (:mod:`cachekit.proxy.inflight.flights`), else makes its own, which later
+        identical requests may share. A bucket's requests each want an answer of their own."""
         counted = self.metrics.requests
         shareable = req.passthrough is None and (controls.bucket or 1) == 1
         key = (req.key, req.stream, req.include_usage) if shareable else None
@@ -539,8 +539,8 @@ class Proxy:
         release: Callable[[], Awaitable[None]],
         flight: Flight,
     ) -> None:
-        """:func:`~cachekit.proxy.relay.pump` the stream into ``flight``; the assembled answer
-        is stored only if the stream completed."""
+        """:func:`~cachekit.proxy.inflight.relay.pump` the stream into ``flight``; the
+        assembled answer is stored only if the stream completed."""
         asm = req.api.assembler(max_answer_bytes=self.config.proxy.max_answer_bytes)
         finished = False
         try:
@@ -632,9 +632,8 @@ class Proxy:
 
     def health(self) -> dict[str, Any]:
         """``GET /healthz``: :func:`~cachekit.proxy.upstream.health_report`."""
-        return health_report(
-            self.llm.cache.health(), self.upstream_health, self.metrics.inflight.now
-        )
+        inflight, semantic = self.metrics.inflight.now, self.llm.semantic_health()
+        return health_report(self.llm.cache.health(), self.upstream_health, inflight, semantic)
 
 
 _BODY_CONTROLS = BODY_CONTROLS.encode()

@@ -107,10 +107,21 @@ def upstream_failure(exc: Exception) -> RequestError:
     )
 
 
-def health_report(shared: Health, up: UpstreamHealth, in_flight: int) -> dict[str, Any]:
+def health_report(
+    shared: Health, up: UpstreamHealth, in_flight: int, semantic: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``GET /healthz``: ``status`` is ``ok``, or ``degraded`` with each problem in words in
-    ``problems`` (the proxy still answers: Redis down costs misses, an upstream down 502s)."""
+    ``problems`` (the proxy still answers: Redis down costs misses, an upstream down 502s, a
+    shared semantic entry of another embedder is never a candidate). ``semantic``:
+    :meth:`~cachekit.llm.LLMCache.semantic_health`."""
     problems: list[str] = []
+    if semantic and semantic.get("embedder_mismatch"):
+        foreign = ", ".join(semantic.get("foreign_embedders") or ())
+        problems.append(
+            f"semantic: {semantic['embedder_mismatch']} shared entries were written by another "
+            f"embedder ({foreign}) and are never candidates here ({semantic.get('embedder')}). "
+            "Fix: re-embed them (cachekit reembed) or purge them"
+        )
     redis: dict[str, Any] | None = None
     if shared.shared_tier:
         redis = shared.to_dict()
@@ -126,4 +137,5 @@ def health_report(shared: Health, up: UpstreamHealth, in_flight: int) -> dict[st
         "redis": redis,
         "upstream": up.to_dict(),
         "upstream_in_flight": in_flight,
+        "semantic": semantic,
     }

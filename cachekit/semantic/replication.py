@@ -30,6 +30,7 @@ The tier is reached through its public interface only (:class:`Replicated`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -51,6 +52,7 @@ from cachekit.backends.semantic_store import (
     StoredEntry,
 )
 from cachekit.semantic.arbiter import LABELS_MAX, HitArbiter, Label
+from cachekit.semantic.embed.embedder import fingerprint_of
 from cachekit.semantic.entries import SemanticEntry, entry_id
 
 if TYPE_CHECKING:
@@ -98,7 +100,12 @@ NO_REPLICATION_STATS: dict[str, Any] = {
     "invalid_stats": 0,
     "log_lost": 0,
     "missing_from_store": 0,
+    "embedder": None,
+    "embedder_mismatch": 0,
+    "foreign_embedders": [],
 }
+#: Foreign embedder fingerprints remembered for the stats (the first ones seen).
+MAX_FOREIGN = 8
 
 
 class Replicated(Protocol):
@@ -160,6 +167,10 @@ class Replication:
         self.invalid_stats = 0
         self.lost_log = 0
         self.missing_found = 0
+        #: Shared entries written by an embedder of another fingerprint: never candidates.
+        self.embedder_mismatch = 0
+        self.foreign_embedders: list[str] = []
+        self._fingerprint: str | None = None
         #: Called on the sync thread after each rebuild from the store, once the local index
         #: holds the new snapshot, with why it was rebuilt: ``"initial"`` (the first build),
         #: ``"retry"`` (after a failed step), ``"lost"`` (log messages trimmed before they were
@@ -217,6 +228,9 @@ class Replication:
             "invalid_stats": self.invalid_stats,
             "log_lost": self.lost_log,
             "missing_from_store": self.missing_found,
+            "embedder": self._fingerprint,
+            "embedder_mismatch": self.embedder_mismatch,
+            "foreign_embedders": list(self.foreign_embedders),
         }
 
     # ------------------------------------------------------------------ writes
@@ -224,7 +238,7 @@ class Replication:
     def share(self, entries: Sequence[SemanticEntry], vecs: np.ndarray, ttl: float | None) -> None:
         """Write entries to the store, one guarded call per chunk: an entry is marked shared
         only when its chunk was written."""
-        emb = self.tier.embedder.name
+        emb = self.fingerprint
         for start in range(0, len(entries), PIPELINE_CHUNK):
             chunk = entries[start : start + PIPELINE_CHUNK]
             stored = [
@@ -329,13 +343,79 @@ class Replication:
             out.append((entry, vec))
         return out
 
+    @property
+    def fingerprint(self) -> str:
+        """The tier's embedder's fingerprint (:func:`~cachekit.semantic.embed.embedder.
+        fingerprint_of`), written with every shared entry."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_of(self.tier.embedder)
+        return self._fingerprint
+
+    def _same_embedder(self, stored: str) -> bool:
+        """Whether an entry written with embedder ``stored`` may be compared with this tier's:
+        the same fingerprint, or (an entry of an earlier version, which wrote the name alone)
+        the same name (the vector's width is checked apart)."""
+        if stored == self.fingerprint:
+            return True
+        return "|" not in stored and stored == self.tier.embedder.name
+
+    def _foreign(self, stored: str) -> None:
+        self.embedder_mismatch += 1
+        if stored not in self.foreign_embedders and len(self.foreign_embedders) < MAX_FOREIGN:
+            self.foreign_embedders.append(stored[:200])
+            log.warning(
+                "semantic entries written by embedder %r are never candidates here (this tier "
+                "embeds with %r): purge them or re-embed them (cachekit reembed)",
+                stored[:200],
+                self.fingerprint,
+            )
+
+    def reembed(self, batch: int = 256, dry_run: bool = False) -> dict[str, Any]:
+        """Embed again, with this tier's embedder, every shared entry another embedder wrote,
+        and write it back under this embedder's fingerprint (same id: replicas embedding as
+        this one does then use it; the others count it as foreign). For ``cachekit reembed``
+        after an embedder is rolled out; raises when the store fails. Returns counts:
+        ``entries``, ``reembedded``, ``already`` (this embedder's), ``expired``, and
+        ``foreign`` (how many each other fingerprint had)."""
+        ids = self.store.snapshot().ids
+        counts: dict[str, Any] = {"entries": len(ids), "reembedded": 0, "already": 0}
+        counts["expired"], counts["foreign"] = 0, {}
+        origin = b"reembed-" + uuid.uuid4().hex.encode()
+        for start in range(0, len(ids), batch):
+            stored, _ = self.store.fetch(ids[start : start + batch])
+            now = time.time()
+            todo = []
+            for e in stored:
+                if e.expires_at is not None and e.expires_at <= now:
+                    counts["expired"] += 1
+                elif self._same_embedder(e.embedder):
+                    counts["already"] += 1
+                else:
+                    counts["foreign"][e.embedder] = counts["foreign"].get(e.embedder, 0) + 1
+                    todo.append(e)
+            if todo and not dry_run:
+                self._write_again(todo, now, origin)
+            counts["reembedded"] += len(todo)
+        return counts
+
+    def _write_again(self, entries: list[StoredEntry], now: float, origin: bytes) -> None:
+        vecs = np.asarray(self.tier.embedder.embed([e.text for e in entries]), dtype=np.float32)
+        by_ttl: dict[float | None, list[StoredEntry]] = {}
+        for e, vec in zip(entries, vecs, strict=True):
+            again = dataclasses.replace(e, embedder=self.fingerprint, vector=vec, stats=None)
+            ttl = None if e.expires_at is None else max(0.001, e.expires_at - now)
+            by_ttl.setdefault(None if ttl is None else round(ttl, 3), []).append(again)
+        for ttl, group in by_ttl.items():
+            self.store.write(group, ttl, origin)
+
     def _valid_vector(self, s: StoredEntry) -> np.ndarray | None:
         """The entry's vector when the entry may be indexed; None (counted) otherwise."""
         emb = self.tier.embedder
         vec = np.asarray(s.vector, dtype=np.float32)
-        if s.embedder != emb.name:
-            reason = f"embedded by {s.embedder!r}, not {emb.name!r}"
-        elif vec.ndim != 1 or vec.shape[0] != emb.dim:
+        if not self._same_embedder(s.embedder):
+            self._foreign(s.embedder)
+            return None
+        if vec.ndim != 1 or vec.shape[0] != emb.dim:
             reason = f"dimension {vec.shape} is not ({emb.dim},)"
         elif not np.isfinite(vec).all():
             reason = "vector not finite"

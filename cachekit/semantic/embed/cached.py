@@ -88,6 +88,14 @@ class CachedEmbedder:
         return self.inner.dim
 
     @property
+    def fingerprint(self) -> str:
+        """The inner embedder's fingerprint (``name|dim`` when it has none of its own)."""
+        fingerprint = getattr(self.inner, "fingerprint", None)
+        if isinstance(fingerprint, str) and fingerprint:
+            return fingerprint
+        return f"{self.inner.name}|{self.inner.dim}"
+
+    @property
     def operating_point(self) -> float | None:
         """The inner embedder's ``operating_point`` (a tuned embedder's threshold), if any."""
         point = getattr(self.inner, "operating_point", None)

@@ -12,6 +12,7 @@ equals cosine similarity downstream.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -30,6 +31,7 @@ from cachekit.semantic.embed.cached import CachedEmbedder, validate_texts
 from cachekit.semantic.embed.model_files import (
     DEFAULT_MODEL_NAME,
     display_name,
+    model_fingerprint,
     read_layout,
     resolve_model,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "as_embedder",
     "cut_to_readable",
     "default_cache_dir",
+    "fingerprint_of",
     "readable_chars",
 ]
 
@@ -211,6 +214,15 @@ class SentenceTransformerEmbedder:
         # (the semantic tier ignores shared entries written by an embedder of another name).
         quantized = f"-{self._quantize}" if self._quantize and self._backend == "onnx" else ""
         return f"{self._model_name}:{self._backend}{quantized}"
+
+    @property
+    def fingerprint(self) -> str:
+        """``name|dim|weights``: what a shared entry's vectors are comparable by (the semantic
+        tier never uses another fingerprint's). Loads the model; the weights are hashed once per
+        folder (:func:`~cachekit.semantic.embed.model_files.model_fingerprint`)."""
+        self.load()
+        assert self._folder is not None
+        return f"{self.name}|{self.dim}|{_weights_of(self._folder)}"
 
     @property
     def dim(self) -> int:
@@ -455,6 +467,21 @@ def cut_to_readable(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return " ".join(text.split())[:max_chars]
+
+
+@functools.lru_cache(maxsize=16)
+def _weights_of(folder: Path) -> str:
+    return model_fingerprint(folder) or "unhashed"
+
+
+def fingerprint_of(embedder: Any) -> str:
+    """An embedder's fingerprint: its own ``fingerprint`` (name, width and a hash of its
+    weights), else ``name|dim``. Two embedders' vectors are comparable only when their
+    fingerprints are equal."""
+    fingerprint = getattr(embedder, "fingerprint", None)
+    if isinstance(fingerprint, str) and fingerprint:
+        return fingerprint
+    return f"{embedder.name}|{embedder.dim}"
 
 
 def _safe_dir_name(name: str) -> str:

@@ -1,7 +1,7 @@
 """How the proxy relays an upstream stream: one task reads it into a
-:class:`~cachekit.proxy.flights.Flight` (every client reading it follows there) and assembles the
-answer to store; its end is released once, however it ends. HTTP and events only: whether the
-answer is stored is the proxy's business."""
+:class:`~cachekit.proxy.inflight.flights.Flight` (every client reading it follows there) and
+assembles the answer to store; its end is released once, however it ends. HTTP and events only:
+whether the answer is stored is the proxy's business."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import httpx
 from starlette.responses import Response
 
 from cachekit.llm.streaming import StreamAssembler
-from cachekit.proxy.flights import Flight
 from cachekit.proxy.http import RelayResponse
+from cachekit.proxy.inflight.flights import Flight
 
 __all__ = ["joined_response", "pump", "releaser"]
 
@@ -50,7 +50,7 @@ async def pump(
     """Upstream events into ``flight`` as they arrive, each fed to ``asm`` (events ``drop``
     says were asked for by the proxy alone are not relayed); whether the stream ended whole.
     A broken upstream stream breaks the clients' too
-    (:class:`~cachekit.proxy.flights.BrokenStream`)."""
+    (:class:`~cachekit.proxy.inflight.flights.BrokenStream`)."""
     finished = False
     try:
         async for data in resp.aiter_raw():
