@@ -28,6 +28,7 @@ from cachekit._core.serialization import (
     SerializationError,
     SignedSerializer,
 )
+from cachekit._core.tracing import disable_tracing, enable_tracing
 from cachekit._core.types import CacheKey, LookupResult, Status
 from cachekit._engine.telemetry import (
     CacheStats,
@@ -69,6 +70,8 @@ __all__ = [
     "UnkeyableArgument",
     "VectorIndex",
     "__version__",
+    "disable_tracing",
+    "enable_tracing",
     "register_prometheus",
     "unregister_prometheus",
 ]

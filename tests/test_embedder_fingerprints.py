@@ -37,6 +37,11 @@ def answer(text: str) -> dict[str, Any]:
     }
 
 
+def mismatched(llm: LLMCache) -> bool:
+    """Whether ``llm``'s tier has refused a shared entry as another embedder's."""
+    return bool((llm.semantic_health() or {}).get("embedder_mismatch"))
+
+
 def request(text: str) -> Any:
     return prepare(CHAT, {"model": "m", "messages": [{"role": "user", "content": text}]}, "t")
 
@@ -67,7 +72,7 @@ def test_another_embedders_entries_are_never_candidates(redis_url: str, other: A
         para = request("how do I reset my password please")
         # The same embedder on another replica finds it once synced: the entry is shared.
         wait_until(lambda: same.lookup(para).status is Status.SEMANTIC_HIT, timeout=10.0)
-        wait_until(lambda: (reader.semantic_health() or {}).get("embedder_mismatch"), timeout=10.0)
+        wait_until(lambda: mismatched(reader), timeout=10.0)
         assert reader.lookup(para).status is Status.MISS
         health = reader.semantic_health()
         assert health is not None
@@ -112,7 +117,7 @@ def test_entries_of_an_earlier_version_match_by_name(redis_url: str) -> None:
         para = request("how do I reset my password please")
         wait_until(lambda: same_name.lookup(para).status is Status.SEMANTIC_HIT, timeout=10.0)
         assert (same_name.semantic_health() or {}).get("embedder_mismatch") == 0
-        wait_until(lambda: (other.semantic_health() or {}).get("embedder_mismatch"), timeout=10.0)
+        wait_until(lambda: mismatched(other), timeout=10.0)
         assert other.lookup(para).status is Status.MISS
     finally:
         for c in (writer, same_name, other):
@@ -135,7 +140,7 @@ def test_healthz_names_the_mismatch(redis_url: str) -> None:
         writer.store(request("What is the capital of France"), answer("Paris."))
         config = ProxyConfig.load(None, {"upstream": "http://127.0.0.1:9"})
         with TestClient(create_app(config, llm=reader)) as client:
-            wait_until(lambda: (reader.semantic_health() or {}).get("embedder_mismatch"))
+            wait_until(lambda: mismatched(reader))
             body = client.get("/healthz").json()
         assert body["status"] == "degraded"
         assert body["semantic"]["foreign_embedders"] == ["mini|64|aaaa"]
@@ -166,7 +171,7 @@ def test_reembed_makes_another_embedders_entries_usable(
         for text in ("How do I reset my password", "What is the capital of France"):
             assert writer.store(request(text), answer("An answer."))
         para = request("how do I reset my password please")
-        wait_until(lambda: (reader.semantic_health() or {}).get("embedder_mismatch"), timeout=10.0)
+        wait_until(lambda: mismatched(reader), timeout=10.0)
         assert reader.lookup(para).status is Status.MISS
         args = ["reembed", "--redis-url", redis_url, "--namespace", "re", "--embedder", new]
         assert cli_main([*args, "--dry-run"]) == 0

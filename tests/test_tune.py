@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -462,7 +463,7 @@ def test_base_and_tuned_embedders_never_share_entries(
     assert fingerprint_of(base) != fingerprint_of(tuned)
     assert fingerprint_of(base).startswith(base.name + "|384|")
 
-    def request(text: str) -> object:
+    def request(text: str) -> Any:
         body = {"model": "m", "messages": [{"role": "user", "content": text}]}
         return prepare("/v1/chat/completions", body, "t")
 
@@ -489,7 +490,7 @@ def test_base_and_tuned_embedders_never_share_entries(
         assert writer.store(request("How do I cook rice?"), answer)
         para = request("What is the best way to cook rice?")
         wait_until(lambda: same.lookup(para).status is Status.SEMANTIC_HIT, timeout=20.0)
-        wait_until(lambda: (other.semantic_health() or {}).get("embedder_mismatch"), timeout=20.0)
+        wait_until(lambda: bool((other.semantic_health() or {}).get("embedder_mismatch")), 20.0)
         assert other.lookup(para).status is Status.MISS
         assert (other.semantic_health() or {})["foreign_embedders"] == [fingerprint_of(base)]
     finally:

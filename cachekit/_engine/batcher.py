@@ -19,6 +19,7 @@ overlap. Asyncio callers use :meth:`MicroBatcher.submit`, which always goes to t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import queue
 import threading
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
+from cachekit._core.tracing import tracing_enabled
 from cachekit._engine.telemetry import LatencyHistogram
 
 __all__ = ["BatcherClosed", "MicroBatcher", "on_event_loop"]
@@ -42,12 +44,14 @@ class BatcherClosed(RuntimeError):
 
 
 class _Item(Generic[Req, Res]):
-    __slots__ = ("enqueued", "future", "request")
+    __slots__ = ("context", "enqueued", "future", "request")
 
     def __init__(self, request: Req) -> None:
         self.request = request
         self.future: Future[Res] = Future()
         self.enqueued = time.perf_counter()
+        # With tracing on, the caller's context: a batch's spans join its first request's trace.
+        self.context = contextvars.copy_context() if tracing_enabled() else None
 
 
 _STOP: Any = object()
@@ -242,8 +246,11 @@ class MicroBatcher(Generic[Req, Res]):
         started = time.perf_counter()
         for item in batch:
             self.queue_wait.record(started - item.enqueued)
+        requests, context = [item.request for item in batch], batch[0].context
         try:
-            results = self._execute([item.request for item in batch])
+            results = (
+                self._execute(requests) if context is None else context.run(self._execute, requests)
+            )
         except BaseException as exc:
             for item in batch:
                 item.future.set_exception(exc)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from cachekit._core.health import Diagnosis, Health, diagnose
+from cachekit._core.tracing import span
 from cachekit._core.types import FAILED
 from cachekit._engine.breaker import CircuitBreaker
 from cachekit._engine.telemetry import TierCounters
@@ -28,6 +29,9 @@ __all__ = ["NO_SHARED_TIER", "WARNING_INTERVAL_S", "GuardedTier"]
 log = logging.getLogger("cachekit")
 
 T = TypeVar("T")
+
+#: The span around each call to the shared tier (its attribute: the operation's name).
+REDIS_SPAN = "cachekit.redis"
 
 #: Seconds between two "shared tier error" warnings: a dead Redis must not flood the logs.
 WARNING_INTERVAL_S = 10.0
@@ -95,11 +99,15 @@ class GuardedTier:
         if not self.breaker.allow():
             return self._skipped()
         t0 = time.perf_counter()
-        try:
-            result = op(*args)
-        except Exception as exc:
-            self._failed(exc)
-            return FAILED
+        with span(REDIS_SPAN) as traced:  # tracing (docs/tracing.md): a no-op unless enabled
+            if traced.recording:
+                traced.set_attribute("db.operation.name", getattr(op, "__name__", "call"))
+            try:
+                result = op(*args)
+            except Exception as exc:
+                traced.set_attribute("error.type", type(exc).__name__)
+                self._failed(exc)
+                return FAILED
         self._succeeded(t0)
         return result
 
@@ -109,11 +117,15 @@ class GuardedTier:
         if not self.breaker.allow():
             return self._skipped()
         t0 = time.perf_counter()
-        try:
-            result = await op(*args)
-        except Exception as exc:
-            self._failed(exc)
-            return FAILED
+        with span(REDIS_SPAN) as traced:
+            if traced.recording:
+                traced.set_attribute("db.operation.name", getattr(op, "__name__", "call"))
+            try:
+                result = await op(*args)
+            except Exception as exc:
+                traced.set_attribute("error.type", type(exc).__name__)
+                self._failed(exc)
+                return FAILED
         self._succeeded(t0)
         return result
 

@@ -227,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             usage_error: Callable[[str], NoReturn] = args.usage_error
             usage_error(str(exc))  # exits 2 with the usage, as argparse's own errors do
-        return _with_extras("serve", SERVE_NEEDS, lambda: serve_cli.serve(config))
+        needs = SERVE_NEEDS + ((("opentelemetry.sdk", "otel"),) if config.proxy.otel else ())
+        return _with_extras("serve", needs, lambda: serve_cli.serve(config))
     if args.command == "train-verifier":
         return _train_verifier(args)
     if args.command == "tune":

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from cachekit._core.sansio import Core, adrive, drive
+from cachekit._core.tracing import NO_SPAN, NoSpan, Span, span
 from cachekit._core.types import LookupResult
 from cachekit.cache import Cache, Status
 from cachekit.llm.answers import AnswerComparator
@@ -121,9 +122,26 @@ def _bucket(options: Mapping[str, Any]) -> int:
     return 1 if size == 1 and type(size) is int else check_bucket(size)
 
 
-def _lookup_failed(exc: Exception) -> CacheLookup:
+def _lookup_failed(exc: Exception, traced: NoSpan | Span = NO_SPAN) -> CacheLookup:
     log.warning("LLM cache lookup failed (served as a miss): %r", exc)
+    traced.set_attribute("status", "MISS")
+    traced.set_attribute("error.type", type(exc).__name__)
     return _MISS
+
+
+#: The span around :meth:`LLMCache.lookup` and :meth:`LLMCache.alookup` (docs/tracing.md).
+LOOKUP_SPAN = "cachekit.lookup"
+
+
+def _describe(traced: Span | NoSpan, endpoint: str, found: CacheLookup, searched: bool) -> None:
+    """A lookup's span attributes: its endpoint, status (``HIT``, ``SEMANTIC_HIT``, ``MISS``),
+    the tier that answered (a miss: the last one asked), the similarity and why not served."""
+    traced.set_attribute("endpoint", endpoint)
+    traced.set_attribute("status", found.status.name)
+    exact = found.status is Status.HIT or (found.status is Status.MISS and not searched)
+    traced.set_attribute("tier", "exact" if exact else "semantic")
+    traced.set_attribute("similarity", found.similarity)
+    traced.set_attribute("reason", found.reason)
 
 
 def _store_failed(exc: Exception) -> bool:
@@ -356,9 +374,13 @@ class LLMCache:
         min_similarity: float | None,
         semantic: bool,
         bucket: int = 1,
+        traced: NoSpan | Span = NO_SPAN,
     ) -> Core[CacheLookup]:
         result = yield from self._find_core(req, max_age, min_similarity, semantic, bucket)
         self._count(result.status)
+        if traced.recording:  # the lookup's span (docs/tracing.md)
+            searched = req.passthrough is None and self._use_semantic(req, semantic)
+            _describe(traced, req.endpoint, result, searched)
         return result
 
     def _find_core(
@@ -459,7 +481,11 @@ class LLMCache:
     # ------------------------------------------------------------------ lookups and stores
 
     def _lookup_of(
-        self, request: Mapping[str, Any] | LLMRequest, tenant: str | None, options: Any
+        self,
+        request: Mapping[str, Any] | LLMRequest,
+        tenant: str | None,
+        options: Any,
+        traced: NoSpan | Span = NO_SPAN,
     ) -> Core[CacheLookup]:
         _check_options("lookup", options, LookupOptions)
         req = self.request(request, tenant, **_where(options))
@@ -469,6 +495,7 @@ class LLMCache:
             options.get("min_similarity"),
             options.get("semantic", True),
             _bucket(options),
+            traced,
         )
 
     def _store_of(
@@ -496,11 +523,12 @@ class LLMCache:
     ) -> CacheLookup:
         """Exact entry first, then (for requests with a semantic text) the semantic tier; see
         :class:`LookupOptions`. A failing cache is a miss, never an error."""
-        core = self._lookup_of(request, tenant, options)
-        try:
-            return drive(core, self._op_tables[0])
-        except Exception as exc:  # the cache must never fail the caller
-            return _lookup_failed(exc)
+        with span(LOOKUP_SPAN) as traced:
+            core = self._lookup_of(request, tenant, options, traced)
+            try:
+                return drive(core, self._op_tables[0])
+            except Exception as exc:  # the cache must never fail the caller
+                return _lookup_failed(exc, traced)
 
     async def alookup(
         self,
@@ -509,11 +537,12 @@ class LLMCache:
         **options: Unpack[LookupOptions],
     ) -> CacheLookup:
         """:meth:`lookup` for asyncio callers (embedding never runs on the event loop)."""
-        core = self._lookup_of(request, tenant, options)
-        try:
-            return await adrive(core, self._op_tables[1])
-        except Exception as exc:
-            return _lookup_failed(exc)
+        with span(LOOKUP_SPAN) as traced:
+            core = self._lookup_of(request, tenant, options, traced)
+            try:
+                return await adrive(core, self._op_tables[1])
+            except Exception as exc:
+                return _lookup_failed(exc, traced)
 
     def store(
         self,

@@ -78,6 +78,7 @@ from cachekit.proxy.http import (
     refusal,
     tagged,
     then,
+    trace_requests,
 )
 from cachekit.proxy.inflight.flights import Flight, Flights
 from cachekit.proxy.inflight.relay import joined_response, pump, releaser
@@ -284,10 +285,12 @@ class Proxy:
             if found.hit:
                 return self._hit(req, found, label, t0)
             outcome = miss_headers(found, req.exact_only)
+            self.metrics.nearest(found.similarity)
             if found.reason:
                 self.metrics.refused(refusal_kind(found.reason))
         if controls.only_if_cached:  # never upstream, a passed-through request included
             self.metrics.child(self.metrics.requests, label, outcome["x-cachekit-cache"]).inc()
+            self.metrics.by_model(req.model, outcome["x-cachekit-cache"])
             not_cached = RequestError(
                 "Not in the cache (Cache-Control: only-if-cached).",
                 status=504,
@@ -318,6 +321,7 @@ class Proxy:
             joined = await joined_response(flight)
             if joined is not None:
                 self.metrics.child(counted, req.api.label, "COALESCED").inc()
+                self.metrics.by_model(req.model, "COALESCED")
                 return joined
         if key is not None and self.replicas.enabled:
             found = await self.replicas.answered(
@@ -326,6 +330,7 @@ class Proxy:
             if found is not None:
                 return self._hit(req, found, req.api.label, time.perf_counter())
         self.metrics.child(counted, req.api.label, outcome["x-cachekit-cache"]).inc()
+        self.metrics.by_model(req.model, outcome["x-cachekit-cache"])
         flight = self.flights.start(key, self.config.proxy.max_answer_bytes)
         if key is not None and self.replicas.enabled:
             flight.then(lambda: self._spawn(self.replicas.unmark(req)))
@@ -361,6 +366,7 @@ class Proxy:
         model = str(response.get("model") or req.model)[:80]
         metrics = self.metrics
         metrics.child(metrics.requests, label, kind).inc()
+        metrics.by_model(req.model, kind)
         metrics.saved(model, counts, self.prices.cost(model, usage))
         metrics.child(metrics.hit_latency, kind).observe(time.perf_counter() - t0)
         if req.stream:
@@ -472,10 +478,9 @@ class Proxy:
         )
         call.sent()
         try:
-            resp = await self.client.send(upstream_req, stream=stream)
+            resp = await self.upstream_health.send(self.client, upstream_req, stream)
         except httpx.HTTPError as exc:
             return self._upstream_error(exc, req.api)
-        self.upstream_health.reached()
         return resp
 
     def _left(self, req: LLMRequest, t0: float, call: UpstreamCall) -> None:
@@ -605,10 +610,9 @@ class Proxy:
         )
         call.sent()
         try:
-            resp = await self.client.send(upstream_req, stream=True)
+            resp = await self.upstream_health.send(self.client, upstream_req, True)
         except httpx.HTTPError as exc:
             return tagged(self._upstream_error(exc, api), PASSTHROUGH)
-        self.upstream_health.reached()
 
         async def release() -> None:
             try:
@@ -682,7 +686,7 @@ def create_app(
         routes=routes, lifespan=lifespan, exception_handlers={StarletteHTTPException: http_error}
     )
     app.state.proxy = proxy
-    return app
+    return trace_requests(app, config.proxy.otel)  # --otel: spans per request (docs/tracing.md)
 
 
 #: Every method a passthrough route forwards.

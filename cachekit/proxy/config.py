@@ -82,6 +82,9 @@ class ProxySettings:
     #: did not ask), so tokens saved by later hits are known. Off for upstreams that reject
     #: ``stream_options``.
     stream_usage: bool = True
+    #: OpenTelemetry traces (docs/tracing.md; the ``otel`` extra), exported as the ``OTEL_*``
+    #: environment variables say. ``$CACHEKIT_OTEL=1`` turns them on too.
+    otel: bool = False
     #: ``module:callable`` returning an embedder; empty: the default model.
     embedder: str = ""
     log_level: str = "warning"

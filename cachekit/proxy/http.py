@@ -1,22 +1,28 @@
 """The proxy's HTTP pieces that know nothing of caching: JSON in and out, error bodies in each
-API's shape, a body read within its limit, and a streamed response that releases its upstream."""
+API's shape, a body read within its limit, a streamed response that releases its upstream, and
+the server span of each request (docs/tracing.md)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from cachekit._core.tracing import enable_tracing, server_span, tracing_enabled
 from cachekit.llm import ENDPOINTS, Endpoint, RequestError, parse_body
 from cachekit.llm.rules import check_depth
 
 __all__ = [
     "JSON",
+    "OTEL_ENV",
     "RelayResponse",
+    "ServerSpans",
     "aiter",
     "api_under",
     "body_within",
@@ -27,6 +33,7 @@ __all__ = [
     "refusal",
     "tagged",
     "then",
+    "trace_requests",
 ]
 
 JSON = "application/json"
@@ -161,3 +168,50 @@ def then(first: BackgroundTask, then: Callable[[], None]) -> BackgroundTask:
             then()
 
     return BackgroundTask(run)
+
+
+# ---------------------------------------------------------------------- traces (docs/tracing.md)
+
+#: The environment variable that turns tracing on, as ``--otel`` and ``[proxy] otel`` do.
+OTEL_ENV = "CACHEKIT_OTEL"
+
+
+def trace_requests(app: Starlette, otel: bool) -> Starlette:
+    """Turn tracing on when ``otel`` (``--otel``, ``[proxy] otel``) or ``$CACHEKIT_OTEL`` asks
+    and it is not on already (:func:`~cachekit._core.tracing.enable_tracing`: the ``OTEL_*``
+    variables' provider); once on, give ``app`` a server span per ``/v1`` request. Off, ``app``
+    is left as it is: requests pay nothing for it. Returns ``app``."""
+    wanted = otel or os.environ.get(OTEL_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    if wanted and not tracing_enabled():
+        enable_tracing()
+    if tracing_enabled():
+        app.add_middleware(ServerSpans)
+    return app
+
+
+class ServerSpans:
+    """ASGI middleware: a server span ``cachekit.proxy.request`` around each ``/v1`` request,
+    continuing the trace of its ``traceparent``/``tracestate`` headers, with its method, path,
+    status and ``x-cachekit-cache`` outcome."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        method, path = scope["method"], scope["path"]
+        attributes = {"http.request.method": method, "url.path": path}
+        with server_span("cachekit.proxy.request", headers, **attributes) as traced:
+
+            async def traced_send(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    traced.set_attribute("http.response.status_code", message["status"])
+                    for k, v in message.get("headers", ()):
+                        if k == b"x-cachekit-cache":
+                            traced.set_attribute("cache", v.decode("latin-1"))
+                await send(message)
+
+            await self.app(scope, receive, traced_send)

@@ -35,6 +35,8 @@ _UPSTREAM_BUCKETS = (
     60.0,
     120.0,
 )
+#: Cosine similarity of a miss's nearest entry: the band just under a threshold, in 0.05 steps.
+_SIMILARITY_BUCKETS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 
 class InFlight:
@@ -188,6 +190,19 @@ class ProxyMetrics:
             ["verdict", "recorded"],
             registry=r,
         )
+        self.miss_similarity = Histogram(
+            "cachekit_proxy_miss_nearest_similarity",
+            "Cosine similarity of the nearest entry of a semantic miss that had one (how close "
+            "misses come to a threshold; at or below 0.5 counted in the first bucket).",
+            buckets=_SIMILARITY_BUCKETS,
+            registry=r,
+        )
+        self.model_requests = Counter(
+            "cachekit_proxy_model_requests",
+            "Requests to cached endpoints by the model the request names, and cache outcome.",
+            ["model", "cache"],
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.inflight = InFlight()
         r.register(_InFlightCollector(self.inflight))
@@ -213,6 +228,17 @@ class ProxyMetrics:
             self.child(self.unpriced_hits, model).inc()
         else:
             self.child(self.dollars_saved, model).inc(dollars)
+
+    def nearest(self, similarity: float | None) -> None:
+        """A miss whose nearest entry had ``similarity`` (``None``: no entry was near, nothing
+        counted)."""
+        if similarity is not None:
+            self.miss_similarity.observe(similarity)
+
+    def by_model(self, model: str, cache: str) -> None:
+        """A request for ``model`` (as the request names it) answered with outcome ``cache``
+        (``HIT``, ``SEMANTIC_HIT``, ``MISS`` ...: what ``x-cachekit-cache`` says)."""
+        self.child(self.model_requests, self.model_label(model[:80]), cache).inc()
 
     def refused(self, reason: str) -> None:
         self.child(self.refusals, self.reason_label(reason)).inc()

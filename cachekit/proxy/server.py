@@ -90,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the bundled model)",
     )
     a("--log-level", help="uvicorn log level (default warning)")
+    a(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="OpenTelemetry traces, exported as the OTEL_* variables say (the otel extra; "
+        "docs/tracing.md)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
@@ -118,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "upstream_timeout": args.upstream_timeout,
         "embedder": args.embedder,
         "log_level": args.log_level,
+        "otel": args.otel,
     }
     if args.no_semantic:
         overrides["semantic"] = False

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from cachekit import Health
+from cachekit._core.tracing import client_span, tracing_enabled
 from cachekit.llm import RequestError
 
 __all__ = [
@@ -76,6 +77,24 @@ class UpstreamHealth:
         """An upstream call got an answer (any status)."""
         if self.reachable is not True:
             self.record(True, "reachable (it answered a request)")
+
+    async def send(
+        self, client: httpx.AsyncClient, request: httpx.Request, stream: bool
+    ) -> httpx.Response:
+        """One upstream call, ``client.send(request)``, its answer recorded (:meth:`reached`;
+        an error is raised for the caller to answer). With tracing on (docs/tracing.md), inside
+        a client span ``cachekit.upstream`` (method, path, status; until the answer's headers)
+        whose trace context the request carries upstream in ``traceparent``/``tracestate``."""
+        if not tracing_enabled():
+            resp = await client.send(request, stream=stream)
+        else:
+            attributes = {"http.request.method": request.method, "url.path": request.url.path}
+            with client_span("cachekit.upstream", **attributes) as traced:
+                traced.inject(request.headers)
+                resp = await client.send(request, stream=stream)
+                traced.set_attribute("http.response.status_code", resp.status_code)
+        self.reached()
+        return resp
 
     async def aprobe(self, client: httpx.AsyncClient, timeout: float = 5.0) -> None:
         try:

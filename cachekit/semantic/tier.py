@@ -42,6 +42,7 @@ from cachekit._core.serialization import (
     decode_envelope,
     encode_envelope,
 )
+from cachekit._core.tracing import span
 from cachekit._engine.batcher import MicroBatcher
 from cachekit._engine.telemetry import LatencyHistogram
 from cachekit.semantic.arbiter import HitArbiter
@@ -186,7 +187,8 @@ class SemanticTier(TierCounters):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         t0 = time.perf_counter()
-        vecs = self.embedder.embed(list(texts))
+        with span("cachekit.embed", texts=len(texts)):  # docs/tracing.md; no-op unless enabled
+            vecs = self.embedder.embed(list(texts))
         elapsed = time.perf_counter() - t0
         if self.model_load_s is None:
             # Embedders load their model on first use (seconds for MiniLM): the first call is
@@ -264,7 +266,8 @@ class SemanticTier(TierCounters):
         if index is None:  # emptied since the batch started
             return
         t0 = time.perf_counter()
-        scores, ids = index.search(queries, self.candidates)
+        with span("cachekit.index.search", queries=len(idxs), k=self.candidates):
+            scores, ids = index.search(queries, self.candidates)
         self.search_time.record(time.perf_counter() - t0)
         for row, i in enumerate(idxs):
             out[i] = self._decide(requests[i][1], scope, scores[row], ids[row], now, version)
