@@ -5,6 +5,7 @@ through uvicorn and wrk, without the server's and the network's share, so that a
 hit path shows as a ratio between two checkouts run one after the other::
 
     python -m bench.proxy.hit_path --reps 7 --n 3000
+    python -m bench.proxy.hit_path --dashboard 0.5   # the dashboard's data built every 0.5 s
     git worktree add /tmp/before <commit>
     (cd /tmp/before && PYTHONPATH=/tmp/before python -P -m bench.proxy.hit_path)
 """
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -64,8 +66,18 @@ def _scope() -> dict[str, Any]:
     }
 
 
-async def run(reps: int, n: int) -> list[float]:
-    """Microseconds per exact hit, one figure per repetition of ``n`` requests."""
+def _poll_dashboard(proxy: Any, every: float, stop: threading.Event) -> None:
+    """What an open ``/dashboard`` costs the server: its data built on another thread, as the
+    route builds it (``asyncio.to_thread``), every ``every`` seconds."""
+    from cachekit.proxy.dashboard import collect
+
+    while not stop.wait(every):
+        collect(proxy.metrics)
+
+
+async def run(reps: int, n: int, dashboard: float | None = None) -> list[float]:
+    """Microseconds per exact hit, one figure per repetition of ``n`` requests; with
+    ``dashboard``, the dashboard's data is built every that many seconds meanwhile."""
     config = ProxyConfig.load(None, {"upstream": "http://127.0.0.1:9", "semantic": False})
     app = create_app(config)
     proxy = app.state.proxy
@@ -83,12 +95,16 @@ async def run(reps: int, n: int) -> list[float]:
     await app(_scope(), receive, send)
     if seen[-1] != b"HIT":
         raise SystemExit(f"the stored answer was not served: {seen[-1]!r}")
+    stop = threading.Event()
+    if dashboard:
+        threading.Thread(target=_poll_dashboard, args=(proxy, dashboard, stop), daemon=True).start()
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(n):
             await app(_scope(), receive, send)
         out.append((time.perf_counter() - t0) / n * 1e6)
+    stop.set()
     return out
 
 
@@ -96,8 +112,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--n", type=int, default=3000, help="requests per repetition")
+    ap.add_argument(
+        "--dashboard", type=float, metavar="S", help="build the dashboard's data every S seconds"
+    )
     args = ap.parse_args()
-    runs = asyncio.run(run(args.reps, args.n))
+    runs = asyncio.run(run(args.reps, args.n, args.dashboard))
     print(
         f"exact hit through the ASGI app: {statistics.median(runs):.1f} us per request "
         f"(median of {len(runs)}; range {min(runs):.1f}-{max(runs):.1f})"
