@@ -7,7 +7,8 @@ the request body and returns a fixed body of the size of a cached answer (the ce
 server stack doing no caching work). Scenarios, interleaved round by round:
 
 * closed loop (``wrk -t2 -c16``, and ``-t1 -c1`` for the unloaded latency): bare endpoint,
-  exact hits, semantic hits (a different paraphrase each request, so embeddings are computed),
+  exact hits, exact hits while ``/dashboard``'s data is asked for every 2 s (a browser showing the
+  page), semantic hits (a different paraphrase each request, so embeddings are computed),
   and misses (a new question each request) through the proxy, through a second proxy with
   ``--no-semantic`` (no embedding on the miss path), and straight to the upstream;
 * open loop: wrk with exponentially distributed per-connection think times (wrk's ``delay()``),
@@ -25,6 +26,7 @@ table (ranges over the rounds). Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -248,6 +251,31 @@ def check(url: str, text: str, expect: str) -> None:
 # ---------------------------------------------------------------------- the run
 
 
+#: Exact hits while a browser shows ``/dashboard`` (its data asked for every 2 s, as the page
+#: does): the dashboard's cost to the hit path, beside "exact hit" in the same round.
+DASHBOARD_OPEN = "exact hit with dashboard open"
+
+
+@contextlib.contextmanager
+def dashboard_open(proxy: str, every: float = 2.0) -> Iterator[None]:
+    """Ask ``proxy`` for ``/dashboard/data`` every ``every`` seconds meanwhile."""
+    stop = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(timeout=10.0) as client:
+            client.get(proxy + "/dashboard/data", params={"history": 1})
+            while not stop.wait(every):
+                client.get(proxy + "/dashboard/data")
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(15.0)
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     up_port, px_port, bare_port, ex_port = free_port(), free_port(), free_port(), free_port()
     up, px, bare, ex = (f"http://127.0.0.1:{p}" for p in (up_port, px_port, bare_port, ex_port))
@@ -337,6 +365,7 @@ def one_round(
     for scenario, url, template, headers in (
         ("bare endpoint", bare, body(STORED), None),
         ("exact hit", px, body(STORED), None),
+        (DASHBOARD_OPEN, px, body(STORED), None),
         ("semantic hit", px, body(PARAPHRASE), None),
         ("miss via proxy", px, body(QUESTION), never_similar),
         ("miss via exact-only proxy", ex, body(QUESTION), None),
@@ -344,17 +373,18 @@ def one_round(
     ):
         if args.only and scenario not in args.only:
             continue
-        res = record(
-            scenario,
-            "closed c16",
-            wrk(url + CHAT, template, threads=2, conns=16, duration=d, headers=headers),
-        )
-        cap[scenario] = res["rps"]
-        record(
-            scenario,
-            "closed c1",
-            wrk(url + CHAT, template, threads=1, conns=1, duration=d, headers=headers),
-        )
+        with dashboard_open(px) if scenario == DASHBOARD_OPEN else contextlib.nullcontext():
+            res = record(
+                scenario,
+                "closed c16",
+                wrk(url + CHAT, template, threads=2, conns=16, duration=d, headers=headers),
+            )
+            cap[scenario] = res["rps"]
+            record(
+                scenario,
+                "closed c1",
+                wrk(url + CHAT, template, threads=1, conns=1, duration=d, headers=headers),
+            )
     for scenario, url, template in (
         ("bare endpoint", bare, body(STORED)),
         ("exact hit", px, body(STORED)),
