@@ -13,8 +13,7 @@ import os
 import random
 import re
 import shutil
-import socket
-import threading
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,12 +24,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from cachekit.proxy.app import Proxy, create_app
+from cachekit.proxy.app import create_app
 from cachekit.proxy.config import ProxyConfig
 from cachekit.proxy.dashboard import Dashboard, collect, quantile
 from cachekit.proxy.metrics import OTHER, ProxyMetrics
 from cachekit.testing.clock import ManualClock, wait_until
 from cachekit.testing.upstream import FakeUpstream, serving
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_proxy_coalesce import ProxyThread
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT = ROOT / "docs" / "images" / "dashboard.png"
@@ -276,36 +278,6 @@ def test_the_page_is_one_self_contained_document(fake: FakeUpstream) -> None:
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DRIVERS = ("chromedriver", "/usr/lib/chromium/chromedriver", "/usr/bin/chromedriver")
-
-
-class ProxyThread:
-    """``create_app`` served by uvicorn on a free 127.0.0.1 port, in a daemon thread (as in
-    tests/test_proxy_coalesce.py)."""
-
-    def __init__(self, upstream: str, **settings: Any) -> None:
-        import uvicorn
-
-        config = ProxyConfig.load(None, {"upstream": upstream, "semantic": False, **settings})
-        self.app = create_app(config)
-        self.proxy: Proxy = self.app.state.proxy
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._server = uvicorn.Server(
-            uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
-        )
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    def __enter__(self) -> ProxyThread:
-        self._thread.start()
-        wait_until(lambda: self._server.started, timeout=30.0)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(15.0)
 
 
 def _first(names: tuple[str, ...]) -> str | None:

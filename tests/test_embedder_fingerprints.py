@@ -193,3 +193,12 @@ def test_reembed_needs_a_shared_tier(capsys: pytest.CaptureFixture[str]) -> None
 
     assert cli_main(["reembed"]) == 2
     assert "--redis-url" in capsys.readouterr().err
+
+
+def test_reembed_refuses_a_batch_below_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from cachekit.cli.main import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(["reembed", "--redis-url", "redis://127.0.0.1:9/0", "--batch", "0"])
+    assert info.value.code == 2
+    assert "--batch: must be a whole number >= 1" in capsys.readouterr().err

@@ -224,3 +224,9 @@ def test_a_replica_asks_on_its_own_when_the_other_call_brings_nothing(
             assert first.result().headers["x-cachekit-cache"] == "MISS"
             assert second.result().headers["x-cachekit-cache"] == "MISS"
         assert fake.count() == 2  # nothing was stored: the waiting replica asked itself
+
+
+@pytest.mark.parametrize("wait", [-1, "soon", True, 601])
+def test_a_bad_coalesce_wait_is_refused(wait: Any) -> None:
+    with pytest.raises(ValueError, match="coalesce_wait must be a number of seconds"):
+        ProxyConfig.load(None, {"upstream": "http://127.0.0.1:9", "coalesce_wait": wait})

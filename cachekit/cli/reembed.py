@@ -36,9 +36,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="MODULE:CALLABLE",
         help="a factory returning the embedder to embed with (default: the bundled model)",
     )
-    p.add_argument("--batch", type=int, default=256, help="texts embedded at once (default 256)")
+    p.add_argument(
+        "--batch", type=_positive, default=256, help="texts embedded at once (default 256)"
+    )
     p.add_argument("--dry-run", action="store_true", help="count what would be embedded again")
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -157,6 +157,12 @@ class ProxyConfig:
                 "max_upstream_per_caller must be an integer >= 0 (0: no bound), got "
                 f"{p.max_upstream_per_caller!r}"
             )
+        wait = p.coalesce_wait
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 600:
+            raise ValueError(
+                "coalesce_wait must be a number of seconds from 0 (never wait) to 600, "
+                f"got {wait!r}"
+            )
         if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
 
