@@ -11,13 +11,15 @@ from __future__ import annotations
 import random as _random
 import time
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from cachekit._core.health import Health
 from cachekit._core.protocols import Clock, Serializer
+from cachekit._core.serialization import Envelope, SerializationError, decode_envelope
 from cachekit._core.types import CacheKey, Found, LookupResult, Status
 from cachekit._engine.engine import Engine
+from cachekit._engine.l1 import loaded
 from cachekit._engine.telemetry import CacheStats, PrometheusCollector
 from cachekit.exact.decorator import CachedFunction, make_cached
 from cachekit.features import FeatureSet
@@ -26,13 +28,12 @@ from cachekit.semantic.decorator import SemanticFunction, make_semantic
 
 if TYPE_CHECKING:
     from cachekit._core.protocols import Embedder, StorageTier, VectorIndex
-    from cachekit._core.types import Envelope
     from cachekit.backends.base import SharedTier
     from cachekit.backends.memory import MemoryStore
     from cachekit.semantic.arbiter import Label
     from cachekit.semantic.policy.hit_policy import HitPolicy
 
-__all__ = ["Cache", "CacheKey", "LookupResult", "Status"]
+__all__ = ["Cache", "CacheKey", "LookupResult", "ScannedEntry", "Status"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -366,6 +367,87 @@ class Cache:
     async def adelete(self, key: str) -> None:
         await self._engine.adelete_many([self.kv_key(key)])
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Forget every one of ``keys`` here, in the shared tier and (one invalidation message
+        for the batch) in the L1 of every process following it."""
+        self._engine.delete_many([self.kv_key(k) for k in keys])
+
+    # ------------------------------------------------------------------ admin: listing
+
+    def scan(self, prefix: str = "", *, batch: int = 500) -> Iterator[list[ScannedEntry]]:
+        """The fresh entries stored with :meth:`set` whose key starts with ``prefix``, in lists
+        of at most ``batch`` ``(key, value, expires_at)`` (clock seconds; ``None``: no expiry);
+        unreadable entries are left out. From the shared tier when it lists its keys (Redis:
+        SCAN on every node of a cluster, never KEYS), else this process's L1. For admin tools:
+        reads are not counted, L1 is not filled, and a failing shared tier raises."""
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        engine = self._engine
+        head = engine.remote_prefix("kv", "_")
+        l2 = engine.l2
+        pages = None if l2 is None else l2.scan_keys(head + prefix, batch)
+        if pages is None:
+            return self._scan_l1(prefix, batch)
+        return self._scan_shared(pages, len(head))
+
+    def purge(self, name: str) -> int:
+        """Remove every entry of the decorated function or feature set whose cache identity is
+        ``name`` (a function's ``name=``, default ``module.qualname``, with ``@version`` when it
+        has one; a feature set's ``name@v<version>``): its results, features and semantic
+        entries with their vectors, in the shared tier and in every process following it (this
+        process's L1 is cleared). Returns how many shared keys and semantic entries were
+        removed. Needs a shared tier that lists its keys (Redis): ValueError otherwise; raises
+        when it fails. For ``cachekit purge --function``."""
+        from cachekit.semantic.admin import purge_store
+        from cachekit.semantic.tier import semantic_base
+
+        engine, l2 = self._engine, self._engine.l2
+        if l2 is None or not isinstance(name, str) or not name:
+            raise ValueError("purge needs a shared tier (redis_url) and a function's name")
+        removed, version = 0, engine.version
+        for kind in ("f", "sem", "feat"):
+            pages = l2.scan_keys(engine.remote_prefix(kind, name))
+            if pages is None:
+                raise ValueError(f"the shared tier {l2.target} cannot list its keys")
+            for remotes in pages:
+                engine.delete_many([CacheKey(r, r, version) for r in remotes])
+                removed += len(remotes)
+        store = l2.semantic_store(semantic_base(self.key_prefix, self.namespace, name))
+        if store is not None:
+            removed += purge_store(store, b"purge-" + name.encode("utf-8", "replace"))
+        self.clear_local()
+        return removed
+
+    def _scan_shared(self, pages: Iterator[list[str]], head: int) -> Iterator[list[ScannedEntry]]:
+        assert self._engine.l2 is not None
+        now = self.clock()
+        for remotes in pages:
+            found = []
+            for remote, data in zip(remotes, self._engine.l2.get_many(remotes), strict=True):
+                if data is None:
+                    continue
+                try:
+                    env = decode_envelope(self.serializer, data, remote)
+                except SerializationError:
+                    continue
+                if env.fresh(now):
+                    found.append(_scanned(remote[head:], env))
+            if found:
+                yield found
+
+    def _scan_l1(self, prefix: str, batch: int) -> Iterator[list[ScannedEntry]]:
+        l1 = self._engine.l1
+        keys = [] if l1 is None else l1.keys()
+        wanted = [k[1] for k in keys if type(k) is tuple and _is_kv(k) and k[1].startswith(prefix)]
+        for start in range(0, len(wanted), batch):
+            found = []
+            for key in wanted[start : start + batch]:
+                env = None if l1 is None else l1.get(("kv", key))
+                if env is not None:
+                    found.append(_scanned(key, loaded(env)))
+            if found:
+                yield found
+
     # ------------------------------------------------------------------ namespace and state
 
     def invalidate_namespace(self) -> bool:
@@ -504,6 +586,19 @@ class Cache:
         misses (``source="check"``) and users' :meth:`feedback` (``"feedback"``). See
         docs/labels.md; ``cachekit export-labels`` reads the ones shared through Redis."""
         return cache_labels(self._engine)
+
+
+#: One entry of :meth:`Cache.scan`: its key, value and expiry (clock seconds; None: never).
+ScannedEntry = tuple[str, Any, float | None]
+
+
+def _scanned(key: str, env: Envelope) -> ScannedEntry:
+    return key, env.value, None if env.ttl is None else env.created_at + env.ttl
+
+
+def _is_kv(local: Hashable) -> bool:
+    """Whether an L1 key is one of :meth:`Cache.kv_key`'s (``("kv", key)``)."""
+    return type(local) is tuple and len(local) == 2 and local[0] == "kv" and type(local[1]) is str
 
 
 def _redis_tier(

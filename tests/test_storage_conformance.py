@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cachekit._core.protocols import AsyncStorageTier, Entry, StorageTier
-from cachekit.backends.base import SharedTier, as_shared_tier
+from cachekit.backends.base import PlainTier, SharedTier, as_shared_tier
 from cachekit.backends.memory import MemoryTier
 
 BACKENDS = [
@@ -356,6 +356,21 @@ def test_semantic_store_is_offered_or_none(tier: Any, key_prefix: str) -> None:
         store.close()
     else:
         assert store is None
+
+
+def test_scan_keys_lists_a_prefix_once_or_is_none(tier: Any, k: Callable[[str], str]) -> None:
+    # Keys with glob characters in the prefix are matched literally (never as a pattern).
+    head = k("scan*[x]?:")
+    mine = [f"{head}{i}" for i in range(2500)]
+    tier.set_many([(key, b"v", None) for key in mine])
+    tier.set_many([(k("scan-other"), b"v", None), (k("scanZ[x]?:1"), b"v", None)])
+    pages = tier.scan_keys(head, 1000)
+    if isinstance(tier, PlainTier):
+        assert pages is None
+        return
+    got = [key for page in pages for key in page]
+    assert sorted(got) == sorted(mine)  # each once, nothing outside the prefix
+    assert all(len(page) <= 1000 for page in tier.scan_keys(head, 1000))
 
 
 async def test_async_optional_abilities(atier: Any, k: Callable[[str], str]) -> None:

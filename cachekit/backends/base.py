@@ -18,6 +18,8 @@ asyncio forms (``a*``)      the sync method in a worker thread (``asyncio.to_thr
 ``follow_invalidations``    ``None``: not followed (another process's deletes reach this one's
                             L1 at its entries' TTL)
 ``semantic_store``          ``None``: semantic entries stay in their process
+``scan_keys``               ``None``: the tier cannot list its keys (admin listings and purges
+                            then see this process's L1 only)
 ==========================  =====================================================================
 
 Any object with the five required methods (the :class:`~cachekit._core.protocols.StorageTier`
@@ -29,7 +31,7 @@ abilities included, against every backend.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from cachekit._core.protocols import AsyncStorageTier, Entry, StorageTier
@@ -138,6 +140,12 @@ class SharedTier:
     def semantic_store(self, base: str, log_maxlen: int = 100_000) -> SemanticStore | None:
         """A store through which semantic tiers share their entries, with its keys under
         ``base``; ``None`` (the default) when entries stay in their process."""
+        return None
+
+    def scan_keys(self, prefix: str, batch: int = 1000) -> Iterator[list[str]] | None:
+        """Every key that starts with ``prefix``, in lists of about ``batch``, each key once;
+        for admin listings and purges, never a request's path. ``None`` (the default) when the
+        tier cannot list its keys."""
         return None
 
 

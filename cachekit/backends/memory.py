@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from cachetools import LRUCache
@@ -224,6 +224,11 @@ class MemoryStore(Generic[V]):
         with self._lock:
             self._data.clear()
 
+    def keys(self) -> list[Hashable]:
+        """The keys held now (expired ones not yet dropped included), oldest use first."""
+        with self._lock:
+            return list(self._data.keys())
+
     def __len__(self) -> int:
         """Entries held, expired ones not yet dropped included."""
         return len(self._data)
@@ -267,6 +272,11 @@ class MemoryTier(SharedTier):
 
     def close(self) -> None:
         self.store.clear()
+
+    def scan_keys(self, prefix: str, batch: int = 1000) -> Iterator[list[str]]:
+        keys = [k for k in self.store.keys() if isinstance(k, str) and k.startswith(prefix)]
+        for start in range(0, len(keys), batch):
+            yield keys[start : start + batch]
 
     async def aget_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return self.get_many(keys)

@@ -33,6 +33,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from cachekit._core.protocols import Entry
 from cachekit._core.sansio import Core, adrive, drive
 from cachekit.backends.base import SharedTier
+from cachekit.backends.scan import scan_batches
 
 if TYPE_CHECKING:
     from cachekit.backends.semantic_store import RedisSemanticStore
@@ -49,20 +50,16 @@ _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 def hash_tag(s: str) -> str:
     """Wrap ``s`` in a Redis Cluster hash tag: ``"{" + s + "}"``.
 
-    Redis Cluster hashes only the part of a key between the first ``{`` and the next ``}``, so
-    keys that embed the same tag land in the same slot. Use it when keys must be used together
-    in one atomic operation (MULTI/EXEC, a Lua script, a multi-key command such as SUNIONSTORE
-    or a stream plus its index hash): cross-slot operations are refused by a cluster with
-    CROSSSLOT. Do not tag keys that are only batched (MGET/SET pipelines): the tier spreads
-    those across nodes itself, and tagging everything onto one slot would put all load on one
-    node.
-    """
+    Redis Cluster hashes only the part of a key between the first ``{`` and the next ``}``: keys
+    with the same tag share a slot. Use it for keys used together atomically (MULTI/EXEC, Lua,
+    SUNIONSTORE, a stream and its index hash; a cluster refuses cross-slot ones with
+    CROSSSLOT), not for keys only batched (MGET/SET pipelines are spread across nodes by the
+    tier; one slot for everything would load one node)."""
     return "{" + s + "}"
 
 
-#: Batches at least this large are written by one call of :data:`_SET_MANY_LUA` instead of a
-#: pipeline of SETs: redis-py spends ~10 us of Python per pipelined command, more than a feature
-#: set's whole per-entry budget; one command with all arguments is packed once, in C.
+#: Batches at least this large are written by one :data:`_SET_MANY_LUA` call, not a pipeline of
+#: SETs (~10 us of Python per pipelined command; one command's arguments are packed in C).
 _SCRIPT_MIN = 8
 #: Entries per script call: one script call blocks the server while it runs.
 _SCRIPT_CHUNK = 1000
@@ -104,8 +101,7 @@ def _refused(exc: Exception) -> bool:
 
 
 def _px(ttl: float) -> int:
-    # Round up so a tiny positive TTL still stores the value for at least a millisecond
-    # (PX 0 is a Redis error).
+    # Round up: a tiny positive TTL still stores for a millisecond (PX 0 is a Redis error).
     return max(1, math.ceil(ttl * 1000.0))
 
 
@@ -478,6 +474,10 @@ class RedisTier(SharedTier):
         follower = _InvalidationFollower(self, channel, on_message, on_gap, on_subscribed)
         follower.start()
         return follower.stop
+
+    def scan_keys(self, prefix: str, batch: int = 1000) -> Iterator[list[str]]:
+        """SCAN, on every primary of a cluster (:func:`~cachekit.backends.scan.scan_batches`)."""
+        return scan_batches(self.client, prefix, batch)
 
     def ping(self) -> bool:
         return drive(self._ping(), self._ops)

@@ -10,6 +10,7 @@ from typing import NoReturn
 from cachekit._core.extras import MissingExtraError, require_installed
 from cachekit._version import __version__
 from cachekit.cli import export_labels as labels_cli
+from cachekit.cli import purge as purge_cli
 from cachekit.cli import reembed as reembed_cli
 from cachekit.proxy import server as serve_cli
 from cachekit.proxy.config import UPSTREAM_REQUIRED, load_embedder
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     labels_cli.add_parser(sub)
     reembed_cli.add_parser(sub)
+    purge_cli.add_parser(sub)
     return parser
 
 
@@ -237,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return labels_cli.run(args)
     if args.command == "reembed":
         return _with_extras("reembed", REEMBED_NEEDS, lambda: reembed_cli.run(args))
+    if args.command == "purge":
+        return _with_extras("purge", REEMBED_NEEDS, lambda: purge_cli.run(args))
     # No command is a usage error, as argparse's own are: exit 2, help on stderr.
     parser.print_help(sys.stderr)
     return 2

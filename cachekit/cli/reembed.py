@@ -11,9 +11,10 @@ remaining TTL. ``--dry-run`` counts them only.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
+
+from cachekit.cli.settings import add_cache_options, cache_config
 
 __all__ = ["add_parser", "run"]
 
@@ -27,10 +28,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "cache that another embedder (another name, width or weights) wrote, and write it back. "
         "See docs/semantic.md.",
     )
-    p.add_argument("--config", metavar="FILE", help="the cache settings (as cachekit serve's)")
-    p.add_argument("--redis-url", help="the Redis the cache shares its entries through")
-    p.add_argument("--redis-cluster-url", help="... or the Redis Cluster")
-    p.add_argument("--namespace", help="the cache namespace (default: the config's, else llm)")
+    add_cache_options(p)
     p.add_argument(
         "--embedder",
         metavar="MODULE:CALLABLE",
@@ -54,26 +52,14 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cachekit.llm import LLMCacheConfig, build_cache
+    from cachekit.llm import build_cache
     from cachekit.proxy.config import load_embedder
 
     try:
-        config = LLMCacheConfig.from_toml(args.config) if args.config else LLMCacheConfig()
-        changes = {
-            k: getattr(args, k)
-            for k in ("redis_url", "redis_cluster_url", "namespace")
-            if getattr(args, k) is not None
-        }
-        config = dataclasses.replace(config, **changes)
-        config.check()
+        config = cache_config(args)
         embedder = load_embedder(args.embedder) if args.embedder else None
     except (OSError, ValueError, ImportError) as exc:
         print(f"cachekit reembed: {exc}", file=sys.stderr)
-        return 2
-    if not (config.redis_url or config.redis_cluster_url):
-        print(
-            "cachekit reembed: give --redis-url (or a config file that names one)", file=sys.stderr
-        )
         return 2
     llm = build_cache(config, embedder=embedder)
     try:

@@ -22,6 +22,7 @@ from cachekit._core.sansio import Core, adrive, drive
 from cachekit._core.tracing import NO_SPAN, NoSpan, Span, span
 from cachekit._core.types import LookupResult
 from cachekit.cache import Cache, Status
+from cachekit.llm.admin import MAX_COUNTED_KEYS, entry_meta, meta_key
 from cachekit.llm.answers import AnswerComparator
 from cachekit.llm.buckets import answers_of, check_bucket, filling, pick, with_answer
 from cachekit.llm.config import LLMCacheConfig
@@ -225,8 +226,11 @@ class LLMCache:
         self._embedder = embedder
         self._capacity = capacity
         self._semantic_max_bytes = semantic_max_bytes
-        self._name = name
+        self.semantic_name = name
         self._fn: Any = None
+        #: Hits this process served per exact key (for ``GET /admin/entries``; restarts past
+        #: :data:`MAX_COUNTED_KEYS` keys).
+        self.hits: dict[str, int] = {}
         self._op_tables = (self._ops(False), self._ops(True))  # the drivers' operations
 
     # ------------------------------------------------------------------ semantic functions
@@ -243,22 +247,25 @@ class LLMCache:
                 ttl=self.ttl,
                 scope=_scope_of,
                 embedder=self._embedder,
-                name=self._name,
+                name=self.semantic_name,
                 capacity=self._capacity,
                 max_bytes=self._semantic_max_bytes,
             )
         return fn
 
+    @property
+    def semantic_tier(self) -> Any:
+        """The semantic function's tier, or None before it is built (or without one)."""
+        return None if self._fn is None else self._fn.tier
+
     def semantic_health(self) -> dict[str, Any] | None:
         """The semantic tier's embedder and the shared entries it refused as another embedder's
         (``embedder``, ``embedder_mismatch``, ``foreign_embedders``), or ``None`` before the tier
         is built (or without one)."""
-        fn = self._fn
-        if fn is None:
-            return None
-        stats = fn.tier.stats()
+        tier = self.semantic_tier
+        stats = {} if tier is None else tier.stats()
         keys = ("embedder", "embedder_mismatch", "foreign_embedders")
-        return {k: stats.get(k) for k in keys}
+        return None if tier is None else {k: stats.get(k) for k in keys}
 
     def start(self, asynchronous: bool = True, timeout: float | None = None) -> bool:
         """Build the semantic function now and wait (up to ``timeout`` s) until its index has
@@ -326,9 +333,20 @@ class LLMCache:
         self.cache.record_malformed()
         log.warning("malformed LLM cache entry %s served as a miss: %s", key, why)
 
-    def _wrap(self, response: Mapping[str, Any], ttl: float | None) -> dict[str, Any]:
+    def _wrap(
+        self, response: Mapping[str, Any], ttl: float | None, req: LLMRequest
+    ) -> dict[str, Any]:
         now = self.cache.clock()
-        return {"r": dict(response), "t": now, "e": None if ttl is None else now + ttl}
+        expires = None if ttl is None else now + ttl
+        return {"r": dict(response), "t": now, "e": expires, "m": entry_meta(req)}
+
+    def _note_hit(self, key: Any) -> None:
+        """One more hit served from the entry of exact key ``key``."""
+        hits = self.hits
+        n = hits.get(key)
+        if n is None and len(hits) >= MAX_COUNTED_KEYS:
+            hits.clear()
+        hits[key] = 1 if n is None else n + 1
 
     def _semantic_result(
         self,
@@ -355,6 +373,7 @@ class LLMCache:
             return CacheLookup(Status.MISS, None, r.similarity, None, unfilled, r.matched_text)
         status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
         sim = r.similarity if status is Status.SEMANTIC_HIT else None
+        self._note_hit(meta_key(r.value))
         return CacheLookup(status, pick(r.value), sim, found[1])
 
     def _use_semantic(self, req: LLMRequest, semantic: bool) -> bool:
@@ -397,12 +416,14 @@ class LLMCache:
         found = self._unwrap(value, max_age, req.endpoint, req.key)
         if not isinstance(found, str):
             if bucket == 1:  # one answer, or one of a bucket's
+                self._note_hit(req.key)
                 return CacheLookup(
                     Status.HIT, found[0] if "b" not in value else pick(value), None, found[1]
                 )
             why = filling(value, bucket)  # this key's own bucket: filled by this request
             if why is not None:
                 return CacheLookup(Status.MISS, reason=why)
+            self._note_hit(req.key)
             return CacheLookup(Status.HIT, pick(value), None, found[1])
         if not self._use_semantic(req, semantic):
             return _MISS
@@ -437,7 +458,7 @@ class LLMCache:
     ) -> Core[bool]:
         if req.passthrough is not None:
             return False
-        value = self._wrap(response, self.entry_ttl(ttl))
+        value = self._wrap(response, self.entry_ttl(ttl), req)
         full = True
         if bucket > 1:
             live = yield ("get", (req.key,))

@@ -48,6 +48,7 @@ from cachekit.llm import (
 )
 from cachekit.llm.hit_ids import check_continuable, response_id_in
 from cachekit.llm.rules import caller_key, keyed_headers
+from cachekit.proxy.admin import admin_routes
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
 from cachekit.proxy.dashboard import dashboard_routes
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
@@ -680,6 +681,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *dashboard_routes(proxy),
+        *admin_routes(proxy),
         Route("/v1/{path:path}", proxy.passthrough, methods=PASSTHROUGH_METHODS),
     ]
     app = Starlette(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -15,7 +16,9 @@ from urllib.parse import urlsplit
 from cachekit.llm import ENDPOINTS, LLMCacheConfig
 
 __all__ = [
+    "ADMIN_KEY_ENV",
     "ENV_VAR",
+    "MIN_ADMIN_KEY_CHARS",
     "NO_UPSTREAM",
     "UPSTREAM_REQUIRED",
     "ProxyConfig",
@@ -38,6 +41,13 @@ NO_UPSTREAM = (
     "the following arguments are required: --upstream "
     "(or upstream in the [proxy] table of the --config file)"
 )
+
+
+#: Environment variable holding the admin API's key (when ``--admin-key`` and the config give
+#: none).
+ADMIN_KEY_ENV = "CACHEKIT_ADMIN_KEY"
+#: Shortest admin key accepted.
+MIN_ADMIN_KEY_CHARS = 16
 
 
 @dataclass
@@ -85,6 +95,9 @@ class ProxySettings:
     #: OpenTelemetry traces (docs/tracing.md; the ``otel`` extra), exported as the ``OTEL_*``
     #: environment variables say. ``$CACHEKIT_OTEL=1`` turns them on too.
     otel: bool = False
+    #: The admin API's bearer key (docs/admin.md); empty: ``$CACHEKIT_ADMIN_KEY``, else no
+    #: admin routes. At least :data:`MIN_ADMIN_KEY_CHARS` characters.
+    admin_key: str = ""
     #: ``module:callable`` returning an embedder; empty: the default model.
     embedder: str = ""
     log_level: str = "warning"
@@ -165,6 +178,18 @@ class ProxyConfig:
             )
         if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
+        key = self.admin_key()
+        if key and (len(key) < MIN_ADMIN_KEY_CHARS or key != key.strip()):
+            raise ValueError(
+                f"the admin key must be at least {MIN_ADMIN_KEY_CHARS} characters without "
+                "surrounding spaces (make one: python -c 'import secrets; "
+                "print(secrets.token_urlsafe())')"
+            )
+
+    def admin_key(self) -> str:
+        """The admin API's key: ``--admin-key`` / ``[proxy] admin_key``, else
+        ``$CACHEKIT_ADMIN_KEY``; empty: no admin API."""
+        return self.proxy.admin_key or os.environ.get(ADMIN_KEY_ENV, "")
 
     def to_env(self) -> str:
         """JSON for :data:`ENV_VAR`: the file and the overrides, re-read by each worker."""
@@ -177,7 +202,9 @@ class ProxyConfig:
 
     def describe(self) -> dict[str, Any]:
         """The proxy settings for logs (no secrets: tenant secret and keys left out)."""
-        return asdict(self.proxy)
+        settings = asdict(self.proxy)
+        settings["admin_key"] = "***" if self.admin_key() else ""
+        return settings
 
 
 def _count_at_least(value: Any, least: int) -> bool:

@@ -91,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--log-level", help="uvicorn log level (default warning)")
     a(
+        "--admin-key",
+        help="turn on the admin API (/admin/purge, /admin/entries) behind this bearer key; "
+        "$CACHEKIT_ADMIN_KEY works too (at least 16 characters; docs/admin.md)",
+    )
+    a(
         "--otel",
         action="store_true",
         default=None,
@@ -126,6 +131,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "embedder": args.embedder,
         "log_level": args.log_level,
         "otel": args.otel,
+        "admin_key": args.admin_key,
     }
     if args.no_semantic:
         overrides["semantic"] = False
@@ -168,12 +174,13 @@ def start_lines(config: ProxyConfig, upstream: tuple[bool, str]) -> list[str]:
     url = f"http://{s.host}:{s.port}"
     redis = c.redis_url or c.redis_cluster_url
     semantic = "off" if not c.semantic else f"on (policy {c.policy})"
+    admin = ["admin API on: /admin/purge, /admin/entries (docs/admin.md)"]
     return [
         f"listening on {url} with {s.workers} worker(s): point OpenAI clients at {url}/v1",
         f"upstream {s.upstream}: {upstream[1]}",
         f"cache: namespace {c.namespace!r}, semantic {semantic}, "
         + (f"shared through {_redacted(redis)}" if redis else "in this process only (no Redis)"),
-    ]
+    ] + (admin if config.admin_key() else [])
 
 
 def _redacted(url: str) -> str:
