@@ -203,7 +203,7 @@ def test_the_admin_api_through_the_proxy(
             assert httpx.get(f"{p.url}/admin/entries?{query}", headers=ADMIN).status_code == 400
         assert len(_entries(p.url)) == 4
         # A purge of one (tenant, model), named by the caller's API key.
-        caplog.set_level(logging.WARNING, logger="cachekit.proxy.admin")
+        caplog.set_level(logging.WARNING, logger="cachekit.proxy.ops.admin")
         caplog.clear()
         r = httpx.post(
             p.url + "/admin/purge", json={"tenant_key": "sk-a", "model": "m1"}, headers=ADMIN

@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 
 from cachekit.proxy.app import create_app
 from cachekit.proxy.config import ProxyConfig
-from cachekit.proxy.dashboard import Dashboard, collect, quantile
 from cachekit.proxy.metrics import OTHER, ProxyMetrics
+from cachekit.proxy.ops.dashboard import Dashboard, collect, quantile
 from cachekit.testing.clock import ManualClock, wait_until
 from cachekit.testing.upstream import FakeUpstream, serving
 

@@ -57,8 +57,10 @@ ALLOWED: dict[str, set[str]] = {
     "cachekit.cache": ENTRY_POINTS,
     "cachekit": FRONT,
     "cachekit.llm": FOR_APPLICATIONS,
-    "cachekit.proxy": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy.inflight"},
+    "cachekit.proxy": FOR_APPLICATIONS
+    | {"cachekit.llm", "cachekit.proxy.inflight", "cachekit.proxy.ops"},
     "cachekit.proxy.inflight": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy"},
+    "cachekit.proxy.ops": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy"},
     "cachekit.replay": FOR_APPLICATIONS | {"cachekit.llm", "cachekit.proxy"},
     "cachekit.testing": FOR_APPLICATIONS | {"cachekit.llm"},
     "cachekit.adapters": FOR_APPLICATIONS | {"cachekit.llm"},

@@ -69,7 +69,7 @@ def _scope() -> dict[str, Any]:
 def _poll_dashboard(proxy: Any, every: float, stop: threading.Event) -> None:
     """What an open ``/dashboard`` costs the server: its data built on another thread, as the
     route builds it (``asyncio.to_thread``), every ``every`` seconds."""
-    from cachekit.proxy.dashboard import collect
+    from cachekit.proxy.ops.dashboard import collect
 
     while not stop.wait(every):
         collect(proxy.metrics)

@@ -48,9 +48,7 @@ from cachekit.llm import (
 )
 from cachekit.llm.hit_ids import check_continuable, response_id_in
 from cachekit.llm.rules import caller_key, keyed_headers
-from cachekit.proxy.admin import admin_routes
 from cachekit.proxy.config import ENV_VAR, ProxyConfig, base_url, load_embedder
-from cachekit.proxy.dashboard import dashboard_routes
 from cachekit.proxy.fairness import RETRY_AFTER_S, CallerLimits, UpstreamCall, caller_id
 from cachekit.proxy.feedback import HITS_REMEMBERED, UNKNOWN_ID, ServedHits
 from cachekit.proxy.headers import (
@@ -86,6 +84,8 @@ from cachekit.proxy.inflight.relay import joined_response, pump, releaser
 from cachekit.proxy.inflight.replicas import ReplicaFlights
 from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
+from cachekit.proxy.ops.admin import admin_routes
+from cachekit.proxy.ops.dashboard import dashboard_routes
 from cachekit.proxy.upstream import UpstreamHealth, describe, health_report, upstream_failure
 from cachekit.semantic.policy.slots import refusal_kind
 

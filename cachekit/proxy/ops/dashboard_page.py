@@ -1,4 +1,4 @@
-"""The page ``GET /dashboard`` serves (:mod:`cachekit.proxy.dashboard`): one self-contained HTML
+"""The page ``GET /dashboard`` serves (:mod:`cachekit.proxy.ops.dashboard`): one self-contained HTML
 document, its CSS and JavaScript inline, its charts plain SVG drawn by its own script. It loads
 nothing from anywhere (no CDN, no font, no image), so it works air-gapped; the only request it
 makes is ``GET /dashboard/data``, every 2 s (``?every=MS`` sets another period, 250 ms to 60 s).

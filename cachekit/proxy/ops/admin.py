@@ -13,7 +13,7 @@ routes do not exist (404).
 Every route needs ``Authorization: Bearer <admin key>`` (401 otherwise; compared in constant
 time). A tenant's API key never opens them. A bad filter, an empty purge body or a bad page is a
 400 naming the problem, never a purge of everything; a failing Redis is a 503 (nothing is said to
-be removed that was not). Each action is logged once, at WARNING on ``cachekit.proxy.admin``
+be removed that was not). Each action is logged once, at WARNING on ``cachekit.proxy.ops.admin``
 (who asked: the client address; what: the filter, the tenant as its hashed id; the outcome).
 Scans and purges run on a worker thread, never on the event loop.
 """
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ADMIN_BODY", "Admin", "admin_routes"]
 
-log = logging.getLogger("cachekit.proxy.admin")
+log = logging.getLogger("cachekit.proxy.ops.admin")
 
 #: Largest admin request body (bytes).
 MAX_ADMIN_BODY = 64 * 1024

@@ -1,5 +1,5 @@
 """The proxy's live dashboard: ``GET /dashboard`` (one self-contained HTML page, see
-:mod:`cachekit.proxy.dashboard_page`) and ``GET /dashboard/data`` (JSON), added by
+:mod:`cachekit.proxy.ops.dashboard_page`) and ``GET /dashboard/data`` (JSON), added by
 :func:`dashboard_routes`.
 
 Everything comes from the process's own Prometheus registry
@@ -79,8 +79,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from cachekit.proxy.dashboard_page import PAGE
 from cachekit.proxy.metrics import ProxyMetrics
+from cachekit.proxy.ops.dashboard_page import PAGE
 
 if TYPE_CHECKING:
     from cachekit.proxy.app import Proxy
