@@ -39,7 +39,7 @@ SCREENSHOT = ROOT / "docs" / "images" / "dashboard.png"
 CHAT = "/v1/chat/completions"
 MODEL = "gpt-4o-mini"
 AUTH = {"authorization": "Bearer sk-x"}
-PANELS = {"hitrate", "endpoints", "saved", "latency", "refusals", "similarity", "health"}
+PANELS = {"hitrate", "endpoints", "saved", "latency", "refusals", "shadow", "similarity", "health"}
 TEST_EMBEDDER = "cachekit.testing.embedders:DeterministicTestEmbedder"
 
 

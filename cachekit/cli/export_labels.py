@@ -6,7 +6,9 @@ Two sources (docs/labels.md), either or both:
   ``PREFIX.output.jsonl`` when the input is a Batch API file, ``PREFIX.truth.jsonl``), turned
   into pairs by :func:`cachekit.replay.truth_pairs.truth_pairs`;
 * ``--redis URL --namespace NS``: the verdicts every process of a shared cache recorded (the
-  capped lists ``{key_prefix}:{NS}:sem:{function}:labels``, one per semantic function).
+  capped lists ``{key_prefix}:{NS}:sem:{function}:labels``, one per semantic function);
+* ``--shadow FILE``: the pairs ``cachekit serve --shadow --shadow-log FILE`` scored
+  (docs/shadow.md): each shadowed hit's query and matched text, a duplicate when the answers agreed.
 
 Pairs are written as JSON lines ``{"query", "cached", "duplicate"}``. When one ``(query,
 cached)`` is labelled more than once the latest label is kept (the Redis verdicts oldest first,
@@ -76,6 +78,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--key-prefix", default="ck", metavar="P", help="the cache's key_prefix (default: ck)"
     )
+    p.add_argument(
+        "--shadow",
+        metavar="FILE",
+        help="the shadow log of `cachekit serve --shadow --shadow-log FILE` (docs/shadow.md)",
+    )
     p.add_argument("--out", required=True, metavar="FILE", help="where to write the pairs")
     return p
 
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         got = Collected()
         if args.redis:
             _from_redis(args, got)
+        if args.shadow:
+            _from_shadow(args.shadow, got)
         if args.replay:
             _from_replay(args, got)
         # Imported here: pairs needs numpy, which `cachekit --help` must not.
@@ -109,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if not args.replay and not args.redis:
-        raise ValueError("give --replay PREFIX and/or --redis URL --namespace NS")
+    if not args.replay and not args.redis and not args.shadow:
+        raise ValueError("give --replay PREFIX, --redis URL --namespace NS and/or --shadow FILE")
     if bool(args.redis) != bool(args.namespace):
         raise ValueError("--redis and --namespace go together")
 
@@ -142,6 +151,29 @@ def _from_replay(args: argparse.Namespace, got: Collected) -> None:
     got.notes.append(note)
     if found.skipped:
         got.notes.append("left out: " + _counts(found.skipped))
+
+
+# ---------------------------------------------------------------------- shadow mode
+
+
+def _from_shadow(path: str, got: Collected) -> None:
+    """Pairs from a shadow log: ``(query, matched, agree)`` of each line that has both texts."""
+    kept = bad = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+                query, matched, agree = rec["query"], rec["matched"], rec["agree"]
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            ok = isinstance(query, str) and isinstance(matched, str) and isinstance(agree, bool)
+            if not ok or query == matched:
+                bad += 1
+                continue
+            got.pairs.append((query, matched, agree))
+            kept += 1
+    got.notes.append(f"shadow log: {kept} pairs" + (f", {bad} lines left out" if bad else ""))
 
 
 # ---------------------------------------------------------------------- shared verdicts

@@ -48,15 +48,14 @@ SEMANTIC_NAME = "cachekit.llm.request"
 
 
 class CacheLookup(NamedTuple):
-    """What :meth:`LLMCache.lookup` found: unpacks as ``status, response, similarity, age,
-    reason, nearest``.
+    """What :meth:`LLMCache.lookup` found: ``status, response, similarity, age, reason, nearest``.
 
     ``status`` is ``Status.HIT`` (exact), ``Status.SEMANTIC_HIT`` or ``Status.MISS``;
     ``response`` the stored response object on a hit; ``similarity`` the cosine of the matched
     (or, on a miss, the nearest rejected) entry; ``age`` seconds since the entry was stored;
     ``reason``, on a miss with a nearest entry, why it was not served (``"slots: numbers 61 !=
-    63"``, ``"below threshold 0.8704 < 0.9"``, ``"truncated: ..."``) and ``nearest`` is that
-    entry's semantic text (for replay's listings; the proxy never sends it to a client)."""
+    63"``, ``"below threshold 0.8704 < 0.9"``, ``"truncated: ..."``); ``nearest`` that entry's
+    semantic text, or a semantic hit's (replay's listings, shadow pairs; never sent to clients)."""
 
     status: Status
     response: dict[str, Any] | None = None
@@ -228,8 +227,7 @@ class LLMCache:
         self._semantic_max_bytes = semantic_max_bytes
         self.semantic_name = name
         self._fn: Any = None
-        #: Hits this process served per exact key (for ``GET /admin/entries``; restarts past
-        #: :data:`MAX_COUNTED_KEYS` keys).
+        #: Hits served here per exact key (``GET /admin/entries``; restarts past 100,000 keys).
         self.hits: dict[str, int] = {}
         self._op_tables = (self._ops(False), self._ops(True))  # the drivers' operations
 
@@ -372,9 +370,11 @@ class LLMCache:
         if unfilled is not None:
             return CacheLookup(Status.MISS, None, r.similarity, None, unfilled, r.matched_text)
         status = Status.SEMANTIC_HIT if r.status is Status.SEMANTIC_HIT else Status.HIT
-        sim = r.similarity if status is Status.SEMANTIC_HIT else None
+        semantic = status is Status.SEMANTIC_HIT
         self._note_hit(meta_key(r.value))
-        return CacheLookup(status, pick(r.value), sim, found[1])
+        text = r.matched_text if semantic else None
+        sim = r.similarity if semantic else None
+        return CacheLookup(status, pick(r.value), sim, found[1], None, text)
 
     def _use_semantic(self, req: LLMRequest, semantic: bool) -> bool:
         return semantic and self.semantic_enabled and req.text is not None and bool(req.text)

@@ -8,9 +8,8 @@ Anthropic's ``/v1/messages``) is looked up and stored (a Responses request run i
 or continuing a ``conversation`` is forwarded uncached); every other ``/v1/...`` request is
 passed through untouched (``/v1/messages/count_tokens`` included), and every answer says which
 it was in ``x-cachekit-cache`` (``PASSTHROUGH`` for what the cache never saw).
-``POST /v1/cachekit/feedback`` records a user's verdict on a semantic hit this process served,
-found by the response id it was sent with.
-See ``docs/proxy.md``.
+``POST /v1/cachekit/feedback`` records a verdict on a semantic hit served here. See docs/proxy.md;
+the operators' routes and shadow mode are :mod:`cachekit.proxy.ops`'s.
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ from cachekit.proxy.headers import (
     UPSTREAM_DROP_RESPONSE,
     Controls,
     forward_headers,
-    miss_headers,
     parse_controls,
     response_headers,
     sampling,
@@ -86,6 +84,7 @@ from cachekit.proxy.memo import RequestMemo
 from cachekit.proxy.metrics import ProxyMetrics
 from cachekit.proxy.ops.admin import admin_routes
 from cachekit.proxy.ops.dashboard import dashboard_routes
+from cachekit.proxy.ops.shadow import Shadow
 from cachekit.proxy.upstream import UpstreamHealth, describe, health_report, upstream_failure
 from cachekit.semantic.policy.slots import refusal_kind
 
@@ -105,9 +104,6 @@ log = logging.getLogger("cachekit.proxy")
 PASSTHROUGH = {"x-cachekit-cache": "PASSTHROUGH"}
 #: Where clients report a verdict on a semantic hit.
 FEEDBACK_PATH = "/v1/cachekit/feedback"
-
-
-# ---------------------------------------------------------------------- the proxy
 
 
 class Proxy:
@@ -134,6 +130,7 @@ class Proxy:
         self._zero_usage = config.cache.hit_usage == "zero"
         self.prices = config.cache.prices
         self.metrics = ProxyMetrics(max_models=settings.metrics_max_models)
+        self.shadow = Shadow(settings, self.metrics.registry, llm)  # semantic hits decided only
         self.limits = CallerLimits(settings.max_upstream_per_caller, self.metrics.inflight)
         #: The upstream as this worker last saw it (a probe at start, then every call).
         self.upstream_health = UpstreamHealth(self.upstream)
@@ -212,8 +209,8 @@ class Proxy:
     def _prepare(
         self, api: Endpoint, raw: bytes, tenant: str, namespace: str, request: Request
     ) -> LLMRequest:
-        """:func:`prepare` of the body, remembered within a byte budget (:class:`RequestMemo`):
-        a repeated request (what an exact hit is) skips parsing, validation and key hashing."""
+        """:func:`prepare` of the body, remembered (:class:`RequestMemo`): a repeat (an exact
+        hit) skips parsing, validation and hashing."""
         headers = keyed_headers(api.path, request.headers.items()) if api.keyed_headers else ()
         key = (api.path, tenant, namespace, headers, raw)
         req = self._memo.get(key)
@@ -283,9 +280,9 @@ class Proxy:
                 min_similarity=controls.threshold,
                 bucket=controls.bucket or 1,
             )
-            if found.hit:
+            if found.hit and not self.shadow.diverts(found, controls):
                 return self._hit(req, found, label, t0)
-            outcome = miss_headers(found, req.exact_only)
+            outcome, controls = self.shadow.miss(found, req, controls)
             self.metrics.nearest(found.similarity)
             if found.reason:
                 self.metrics.refused(refusal_kind(found.reason))
@@ -325,8 +322,9 @@ class Proxy:
                 self.metrics.by_model(req.model, "COALESCED")
                 return joined
         if key is not None and self.replicas.enabled:
+            semantic = not self.shadow.on(controls)
             found = await self.replicas.answered(
-                req, self.llm.alookup(req, max_age=controls.max_age)
+                req, self.llm.alookup(req, max_age=controls.max_age, semantic=semantic)
             )
             if found is not None:
                 return self._hit(req, found, req.api.label, time.perf_counter())
@@ -490,15 +488,17 @@ class Proxy:
         self.metrics.upstream_latency.labels(req.api.label).observe(time.perf_counter() - t0)
 
     async def _store_answer(
-        self, req: LLMRequest, status: int, content: bytes, controls: Controls
+        self, req: LLMRequest, status: int, content: bytes, c: Controls
     ) -> None:
         try:
             body = json.loads(content) if 200 <= status < 300 else None
         except ValueError:
             body = None
-        await self._store(req, status, body, controls)
+        await self._store(req, status, body, c)
 
     async def _store(self, req: LLMRequest, status: int, body: Any, controls: Controls) -> None:
+        if controls.shadowed is not None:  # scored against what would have been served
+            self._spawn(self.shadow.compare(req, controls.shadowed, status, body))
         ok, reason = self.llm.cacheable(req.endpoint, status, body)
         if not ok:
             self.metrics.not_kept(reason.split(" ")[0])

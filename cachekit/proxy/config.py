@@ -95,6 +95,16 @@ class ProxySettings:
     #: OpenTelemetry traces (docs/tracing.md; the ``otel`` extra), exported as the ``OTEL_*``
     #: environment variables say. ``$CACHEKIT_OTEL=1`` turns them on too.
     otel: bool = False
+    #: Shadow mode for every request (docs/shadow.md): semantic hits are decided, scored against
+    #: the upstream's answer and counted, never served.
+    shadow: bool = False
+    #: Where shadowed pairs are appended as JSON lines (empty: nowhere), and how many at most.
+    shadow_log: str = ""
+    shadow_sample: int = 10_000
+    #: Answers that score at least this agree (the embedder's cosine, or the judge's score).
+    shadow_agree: float = 0.9
+    #: ``module:callable`` scoring a shadowed pair instead of the embedder (docs/shadow.md).
+    shadow_judge: str = ""
     #: The admin API's bearer key (docs/admin.md); empty: ``$CACHEKIT_ADMIN_KEY``, else no
     #: admin routes. At least :data:`MIN_ADMIN_KEY_CHARS` characters.
     admin_key: str = ""
@@ -178,6 +188,11 @@ class ProxyConfig:
             )
         if min(p.upstream_timeout, p.connect_timeout, p.body_timeout, p.header_timeout) <= 0:
             raise ValueError("timeouts must be positive")
+        agree = p.shadow_agree
+        if isinstance(agree, bool) or not isinstance(agree, (int, float)) or not 0 <= agree <= 1:
+            raise ValueError(f"shadow_agree must be a number from 0 to 1, got {agree!r}")
+        if not _count_at_least(p.shadow_sample, 0):
+            raise ValueError(f"shadow_sample must be an integer >= 0, got {p.shadow_sample!r}")
         key = self.admin_key()
         if key and (len(key) < MIN_ADMIN_KEY_CHARS or key != key.strip()):
             raise ValueError(

@@ -70,6 +70,11 @@ class Controls:
     #: Requests sampled above this temperature skip the cache (``x-cachekit-max-temperature``);
     #: ``None``: the config's ``max_temperature``.
     max_temperature: float | None = None
+    #: Shadow mode asked for this request (``x-cachekit-shadow: 1``; docs/shadow.md).
+    shadow: bool = False
+    #: Set by the proxy, not a header: the semantic hit shadow mode did not serve, whose stored
+    #: answer the upstream's is compared with.
+    shadowed: Any = None
 
 
 _DEFAULT_CONTROLS = Controls()
@@ -81,6 +86,7 @@ _CONTROL_HEADERS = (
     "x-cachekit-namespace",
     "x-cachekit-bucket-size",
     "x-cachekit-max-temperature",
+    "x-cachekit-shadow",
 )
 #: A number in a header: ASCII digits only (``str.isdigit`` and ``float`` accept others).
 _DECIMAL = re.compile(r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
@@ -113,6 +119,19 @@ def _number(
             param=name,
         )
     return value
+
+
+def _shadow(headers: Mapping[str, str]) -> bool:
+    raw = _header(headers, "x-cachekit-shadow")
+    value = None if raw is None else raw.strip().lower()
+    if value in (None, "0", "false", "off"):
+        return False
+    if value in ("1", "true", "on"):
+        return True
+    raise RequestError(
+        f"header x-cachekit-shadow must be 1 or 0 (true/false, on/off), got {raw!r}",
+        param="x-cachekit-shadow",
+    )
 
 
 def _has_controls(headers: Mapping[str, str]) -> bool:
@@ -168,6 +187,7 @@ def parse_controls(headers: Mapping[str, str]) -> Controls:
         namespace,
         _bucket(headers),
         _number(headers, "x-cachekit-max-temperature", 0.0, 2.0, False),
+        _shadow(headers),
     )
 
 

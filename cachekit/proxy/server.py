@@ -91,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--log-level", help="uvicorn log level (default warning)")
     a(
+        "--shadow",
+        action="store_true",
+        default=None,
+        help="shadow mode: semantic hits are decided, scored and counted, never served "
+        "(docs/shadow.md)",
+    )
+    a("--shadow-log", metavar="FILE", help="append shadowed pairs to FILE as JSON lines")
+    a(
         "--admin-key",
         help="turn on the admin API (/admin/purge, /admin/entries) behind this bearer key; "
         "$CACHEKIT_ADMIN_KEY works too (at least 16 characters; docs/admin.md)",
@@ -132,6 +140,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         "log_level": args.log_level,
         "otel": args.otel,
         "admin_key": args.admin_key,
+        "shadow": args.shadow,
+        "shadow_log": args.shadow_log,
     }
     if args.no_semantic:
         overrides["semantic"] = False

@@ -37,6 +37,8 @@ own numbers and each request shows the worker that answered it (``pid``).
         "upstream_by_endpoint": {"chat": {...}}
       },
       "refusals": {"total": 2, "by_reason": {"numbers": 2}},
+      "shadow": {"lookups": 0, "would_hit": 0, "would_hit_rate": null,   # shadow mode
+                 "pairs": {"true": 0, "false": 0, "unscored": 0}, "agree_rate": null},
       "not_stored": {"total": 0, "by_reason": {}},
       "errors": {"total": 0, "by_reason": {}},
       "stored": 4,
@@ -198,6 +200,22 @@ def _reasons(samples: Samples, name: str) -> dict[str, Any]:
     return {"total": sum(ordered.values()), "by_reason": ordered}
 
 
+def _shadow(samples: Samples) -> dict[str, Any]:
+    """Shadow mode's figures: lookups it decided, how many would have hit, and the pairs scored
+    (``true``: the answers agreed)."""
+    decided = _by_one(samples, "cachekit_proxy_shadow_lookups_total", "decision")
+    got = _by_one(samples, "cachekit_proxy_shadow_pairs_total", "agree")
+    pairs = {k: int(got.get(k, 0)) for k in ("true", "false", "unscored")}
+    lookups, would = sum(decided.values()), decided.get("SEMANTIC_HIT", 0.0)
+    return {
+        "lookups": int(lookups),
+        "would_hit": int(would),
+        "would_hit_rate": _rate(would, lookups),
+        "pairs": pairs,
+        "agree_rate": _rate(pairs["true"], pairs["true"] + pairs["false"]),
+    }
+
+
 def collect(metrics: ProxyMetrics, now: float | None = None) -> dict[str, Any]:
     """The dashboard's document for ``metrics`` (everything but ``health``): see the module's
     docstring for its shape. Collects the whole registry: call it on a worker thread."""
@@ -298,6 +316,7 @@ def collect(metrics: ProxyMetrics, now: float | None = None) -> dict[str, Any]:
         "models": models,
         "latency": latency,
         "refusals": _reasons(s, "cachekit_proxy_semantic_refusals_total"),
+        "shadow": _shadow(s),
         "not_stored": _reasons(s, "cachekit_proxy_not_stored_total"),
         "errors": _reasons(s, "cachekit_proxy_errors_total"),
         "stored": int(_by(s, "cachekit_proxy_stored_total")[()]),

@@ -98,6 +98,13 @@ dt { color: var(--muted); } dd { margin: 0; overflow-wrap: anywhere; }
     <h2>Semantic refusals by reason <small>near entries not served</small></h2>
     <div class="stats"></div><div class="chart"></div>
   </section>
+  <section data-panel="shadow">
+    <h2>Shadow mode <small>semantic hits decided, not served</small></h2>
+    <div class="stats"></div>
+    <p class="note">With <code>--shadow</code> (or <code>x-cachekit-shadow: 1</code>), each
+    semantic hit goes upstream instead and the answer it would have served is scored against the
+    fresh one (docs/shadow.md).</p>
+  </section>
   <section data-panel="similarity">
     <h2>Nearest similarity of misses</h2>
     <div class="stats"></div><div class="chart"></div>
@@ -336,6 +343,14 @@ function renderRefusals(d) {
   ready("refusals");
 }
 
+function renderShadow(d) {
+  const s = d.shadow;
+  stats(part("shadow", "stats"), [[fmt.int(s.lookups), "shadowed lookups"],
+    [fmt.int(s.would_hit), "would have hit"], [fmt.pct(s.would_hit_rate), "would-hit rate"],
+    [fmt.pct(s.agree_rate), "answers agreeing"], [fmt.int(s.pairs.false), "disagreeing"]]);
+  ready("shadow");
+}
+
 function renderSimilarity(d) {
   const m = d.miss_similarity;
   const near = m.buckets.filter(b => b.le > 0.5).reduce((n, b) => n + b.count, 0);
@@ -371,7 +386,7 @@ function renderHealth(d) {
 }
 
 const RENDER = [renderHitrate, renderEndpoints, renderSaved, renderLatency, renderRefusals,
-  renderSimilarity, renderHealth];
+  renderShadow, renderSimilarity, renderHealth];
 
 function keep(s) {
   if (samples.length && s.t <= samples[samples.length - 1].t) return;
