@@ -276,6 +276,29 @@ def test_truth_judges_every_hit(tmp_path: Path, prices: Path) -> None:
     assert wrong.similarity is not None and wrong.similarity >= THRESHOLD
 
 
+def test_the_report_decides_baseline_breakdowns_every_wrong_hit_and_its_cost(
+    tmp_path: Path, prices: Path
+) -> None:
+    log = write_records(tmp_path / "log.jsonl")
+    truth = write_truth(tmp_path / "truth.jsonl")
+    d = run_replay(log, truth_path=truth, options=_opts(prices, wrong_cost=1.0)).to_dict()
+    # Semantic matching off: a3 and a4 miss (and are stored); a2 and s2 still hit exactly.
+    assert d["exact_only"]["hits"] == 2
+    assert d["exact_only"]["hit_rate"] == pytest.approx(2 / 11)
+    assert d["exact_only"]["dollars_saved"] == pytest.approx(0.2 + 0.014)
+    assert d["breakdown"]["tenant"] == {
+        "acme": {"requests": 10, "hit_rate": pytest.approx(0.4), "wrong_hits": 1},
+        "globex": {"requests": 1, "hit_rate": 0.0, "wrong_hits": 0},
+    }
+    assert d["breakdown"]["model"]["gpt-4.1"] == {"requests": 1, "hit_rate": 0.0, "wrong_hits": 0}
+    [row] = d["wrong_hits_list"]
+    assert (row["custom_id"], row["served_custom_id"], row["status"]) == ("a4", "a1", "semantic")
+    assert row["served_answer_id"] == "chatcmpl-a1" and row["similarity"] >= THRESHOLD
+    net = d["net_dollars_saved"]
+    assert net["on_right_hits"] == pytest.approx(0.414) and net["wrong_cost"] == 1.0
+    assert net["total"] == pytest.approx(0.414 - 1.0)  # a wrong answer can cost more than hits save
+
+
 def test_sweep_embeds_each_text_once(tmp_path: Path, prices: Path) -> None:
     log = write_records(tmp_path / "log.jsonl")
     embedder = DeterministicTestEmbedder(64)
@@ -313,7 +336,7 @@ def test_sweep_embeds_each_text_once(tmp_path: Path, prices: Path) -> None:
     assert points[0.95]["net_dollars_saved"]["total"] == pytest.approx(0.2 + 0.014)
     # The headline is the 0.88 run, without its own threshold field.
     assert d["hits"] == points[0.88]["hits"] and "threshold" not in d
-    assert set(points[0.88]) == set(d) - {"sweep"} | {"threshold"}
+    assert set(points[0.88]) == set(d) - {"sweep", "exact_only"} | {"threshold"}
 
 
 def test_parse_sweep() -> None:

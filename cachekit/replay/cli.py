@@ -42,6 +42,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -110,6 +117,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="upstream slots provisioned (for utilisation and queueing)",
     )
     p.add_argument(
+        "--wrong-cost",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="DOLLARS",
+        help="what one wrong answer costs you, taken off the net savings (default 0)",
+    )
+    p.add_argument(
         "--config",
         metavar="cachekit.toml",
         help="the cache settings `cachekit serve` uses (TTL, tenants, prices)",
@@ -173,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
                     config=config,
                     embedder=load_embedder(args.embedder),
                     progress=hook,
+                    wrong_cost=args.wrong_cost,
                 ),
             )
     except (OSError, ValueError, MissingExtraError) as exc:

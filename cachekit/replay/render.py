@@ -30,7 +30,9 @@ def fmt_pct(x: float | None) -> str:
 
 
 def fmt_money(x: float | None) -> str:
-    return "-" if x is None else f"${x:,.4f}"
+    if x is None:
+        return "-"
+    return f"-${-x:,.4f}" if x < 0 else f"${x:,.4f}"
 
 
 def _num(x: float | None, spec: str = ",.1f", unit: str = "") -> str:
@@ -48,6 +50,7 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
     rows += [(f"  nearest refused: {kind}", f"{n:,}") for kind, n in sorted(r.refusals.items())]
     rows += [
         ("Hit rate", fmt_pct(r.hit_rate)),
+        *_baseline_rows(r),
         (
             "Tokens saved (prompt / completion)",
             f"{r.prompt_tokens_saved:,} / {r.completion_tokens_saved:,}",
@@ -69,7 +72,28 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
             ("Correct / wrong hits", f"{r.correct_hits:,} / {r.wrong_hits:,}"),
             ("Semantic precision", fmt_pct(r.semantic_precision)),
             ("Net dollars saved", fmt_money(d["net_dollars_saved"]["total"])),
+            ("  a wrong answer costs (--wrong-cost)", fmt_money(r.wrong_cost)),
         ]
+    return rows
+
+
+def _baseline_rows(r: Report) -> list[tuple[str, str]]:
+    """The exact-only baseline beside the headline: what semantic matching adds."""
+    base = r.exact_only
+    if base is None:
+        return []
+    return [
+        ("  exact only (semantic off)", fmt_pct(base["hit_rate"])),
+        ("  dollars saved exact only", fmt_money(base["dollars_saved"])),
+    ]
+
+
+def breakdown_rows(r: Report, name: str) -> list[list[str]]:
+    """One row per tenant (``name="tenant"``) or model: requests, hit rate, wrong hits."""
+    rows = []
+    for value, row in r.breakdown.get(name, {}).items():
+        wrong = f"{row['wrong_hits']:,}" if r.judged else "-"
+        rows.append([value, f"{row['requests']:,}", fmt_pct(row["hit_rate"]), wrong])
     return rows
 
 
@@ -192,10 +216,24 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
         t.add_row(label, value)
     console.print(t)
 
+    for name in ("tenant", "model"):
+        if len(r.breakdown.get(name, {})) > 1:
+            b = Table(title=f"By {name}")
+            for col in (name.capitalize(), "Requests", "Hit rate", "Wrong hits"):
+                b.add_column(col, justify="left" if col == name.capitalize() else "right")
+            for cells in breakdown_rows(r, name):
+                b.add_row(*cells)
+            console.print(b)
+
     cap = r.capacity
+    rate = (
+        f"rate {_num(cap.rate_rps, ',.2f')} req/s from {cap.rate_source}"
+        if cap.rate_source
+        else "no request rate: give --rate (or a log with timestamps) for the rates, latencies "
+        "and concurrency below"
+    )
     c = Table(
-        title=f"Capacity (rate {_num(cap.rate_rps, ',.2f')} req/s from "
-        f"{cap.rate_source or 'nowhere: pass --rate'}; upstream concurrency "
+        title=f"Capacity ({rate}; upstream concurrency "
         f"{cap.upstream_concurrency if cap.upstream_concurrency else 'unlimited'})"
     )
     for col in ("", "Without cache", "With cache"):

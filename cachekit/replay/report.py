@@ -17,6 +17,7 @@ import numpy as np
 
 from cachekit.llm.prices import PriceTable
 from cachekit.replay.capacity import Capacity, capacity_report
+from cachekit.replay.decision import breakdown, net_total, wrong_hit_rows
 from cachekit.replay.logs import LogRecord, Skipped
 from cachekit.replay.truth import Truth
 from cachekit.semantic.policy.slots import refusal_kind
@@ -30,6 +31,7 @@ __all__ = [
     "Report",
     "WrongHit",
     "build_report",
+    "money_by_model",
     "pick_near_sample",
 ]
 
@@ -109,6 +111,13 @@ class Report:
     sweep: list[Report] = field(default_factory=list)
     #: The one-text embedding time included in ``overhead_ms`` where a request embeds.
     embed_ms: float | None = None
+    #: The same log with semantic matching off (:func:`cachekit.replay.decision.exact_only`).
+    exact_only: dict[str, Any] | None = None
+    #: Per tenant and per model (:func:`cachekit.replay.decision.breakdown`).
+    breakdown: dict[str, Any] = field(default_factory=dict)
+    #: Every wrong hit (with a truth file), and what one costs (``--wrong-cost``, dollars).
+    wrong_hits_list: list[dict[str, Any]] = field(default_factory=list)
+    wrong_cost: float = 0.0
 
     @property
     def hits(self) -> int:
@@ -146,13 +155,21 @@ class Report:
             "capacity": self.capacity.to_dict(),
             "refusals": dict(sorted(self.refusals.items())),
             "near_sample": [dataclasses.asdict(n) for n in self.near_sample],
+            "breakdown": self.breakdown,
         }
+        if self.exact_only is not None:
+            out["exact_only"] = self.exact_only
         if self.judged:
             out["correct_hits"] = self.correct_hits
             out["wrong_hits"] = self.wrong_hits
             out["semantic_precision"] = self.semantic_precision
-            out["net_dollars_saved"] = _dollars(self.net_dollars_by_model or {}, self.prices)
+            net = _dollars(self.net_dollars_by_model or {}, self.prices)
+            net["on_right_hits"] = net["total"]
+            net["wrong_cost"] = self.wrong_cost
+            net["total"] = net_total(net["total"], self.wrong_hits or 0, self.wrong_cost)
+            out["net_dollars_saved"] = net
             out["wrong_sample"] = [dataclasses.asdict(w) for w in self.wrong_sample]
+            out["wrong_hits_list"] = self.wrong_hits_list
         if self.threshold is not None and not with_sweep:
             out["threshold"] = self.threshold
         if with_sweep and self.sweep:
@@ -185,11 +202,12 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 def _judge(
     records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Sequence[str], truth: Truth
-) -> tuple[int, int, float | None, list[bool], list[WrongHit]]:
-    """``(correct, wrong, semantic precision, correct flags, wrong sample)``; hits with no truth
-    line on either side are left unjudged (neither correct nor wrong)."""
+) -> tuple[int, int, float | None, list[bool], list[WrongHit], list[bool]]:
+    """``(correct, wrong, semantic precision, correct flags, wrong sample, wrong flags)``; hits
+    with no truth line on either side are left unjudged (neither correct nor wrong)."""
     correct = wrong = sem_correct = sem_judged = 0
     flags = [False] * len(records)
+    bad = [False] * len(records)
     sample: list[WrongHit] = []
     for i, (rec, out) in enumerate(zip(records, outcomes, strict=True)):
         if out.served_by is None or out.status == MISS:
@@ -206,6 +224,7 @@ def _judge(
             flags[i] = True
             continue
         wrong += 1
+        bad[i] = True
         if len(sample) < WRONG_SAMPLE_SIZE:
             sample.append(
                 WrongHit(
@@ -218,7 +237,7 @@ def _judge(
                 )
             )
     precision = sem_correct / sem_judged if sem_judged else None
-    return correct, wrong, precision, flags, sample
+    return correct, wrong, precision, flags, sample, bad
 
 
 def _refusals(outcomes: Sequence[Outcome]) -> dict[str, int]:
@@ -303,10 +322,13 @@ def build_report(
     rate_source: str | None = None,
     upstream_concurrency: int | None = None,
     threshold: float | None = None,
+    tenants: Sequence[str | None] | None = None,
+    answer_ids: Sequence[str | None] | None = None,
+    wrong_cost: float = 0.0,
 ) -> Report:
     """Aggregate per-request outcomes into a :class:`Report`."""
     hit = [o.status != MISS for o in outcomes]
-    dollars = _money(hit, usage, models, prices)
+    dollars = money_by_model(hit, usage, models, prices)
     report = Report(
         requests=len(records),
         exact_hits=sum(o.status == EXACT for o in outcomes),
@@ -339,16 +361,22 @@ def build_report(
             _near_misses(records, outcomes, texts, truth), judged=truth is not None
         ),
     )
+    bad = [False] * len(records)
     if truth is not None:
-        correct, wrong, precision, flags, sample = _judge(records, outcomes, texts, truth)
+        correct, wrong, precision, flags, sample, bad = _judge(records, outcomes, texts, truth)
         report.correct_hits, report.wrong_hits = correct, wrong
         report.semantic_precision = precision
-        report.net_dollars_by_model = _money(flags, usage, models, prices)
+        report.net_dollars_by_model = money_by_model(flags, usage, models, prices)
         report.wrong_sample = sample
+        ids = answer_ids if answer_ids is not None else [None] * len(records)
+        report.wrong_hits_list = wrong_hit_rows(records, outcomes, bad, ids)
+    report.wrong_cost = wrong_cost
+    who = tenants if tenants is not None else [r.tenant for r in records]
+    report.breakdown = breakdown(outcomes, who, models, bad)
     return report
 
 
-def _money(
+def money_by_model(
     counted: Sequence[bool], usage: Sequence[Usage], models: Sequence[str], prices: PriceTable
 ) -> dict[str, float | None]:
     """Dollars per model over the requests flagged in ``counted``; None for a model with no

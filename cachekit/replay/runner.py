@@ -36,9 +36,19 @@ from cachekit.llm import (
     prepare,
 )
 from cachekit.replay.capacity import rate_from_timestamps
+from cachekit.replay.decision import exact_only
 from cachekit.replay.logs import LogRecord, ParsedLog, Skipped, read_log
 from cachekit.replay.policies import policy_factory
-from cachekit.replay.report import EXACT, MISS, SEMANTIC, Outcome, Report, Usage, build_report
+from cachekit.replay.report import (
+    EXACT,
+    MISS,
+    SEMANTIC,
+    Outcome,
+    Report,
+    Usage,
+    build_report,
+    money_by_model,
+)
 from cachekit.replay.truth import Truth, read_truth
 from cachekit.replay.vectors import PrecomputedEmbedder, embed_all, single_text_ms
 from cachekit.semantic.policy.hit_policy import ThresholdPolicy, operating_point_of
@@ -71,6 +81,8 @@ class ReplayOptions:
     #: The embedder of the replay (None: the default model, as ``cachekit serve`` uses).
     embedder: Embedder | None = None
     progress: Progress | None = None
+    #: Dollars one wrong answer costs (``--wrong-cost``): taken off the net savings.
+    wrong_cost: float = 0.0
 
 
 def endpoint_ok(url: str) -> bool:
@@ -353,7 +365,20 @@ def run_replay(
     )
     report = head if head is not None else run(opts.setting)
     report = dataclasses.replace(report, sweep=points, threshold=None)
+    report.exact_only = _exact_only(ctx, base, table, opts)
     return report
+
+
+def _exact_only(
+    ctx: _Context, base: LLMCacheConfig, table: Embedder, opts: ReplayOptions
+) -> dict[str, Any]:
+    """The baseline: one more pass with semantic matching off (no embedding: exact keys)."""
+    config = dataclasses.replace(base, semantic=False)
+    outcomes = replay(
+        ctx.prep, config, table, times=ctx.times, progress=opts.progress, task="exact"
+    )
+    hit = [o.status != MISS for o in outcomes]
+    return exact_only(outcomes, money_by_model(hit, ctx.prep.usage, ctx.prep.models, ctx.prices))
 
 
 def _embed_texts(
@@ -387,4 +412,6 @@ def _report(
         rate_source=ctx.rate_source,
         upstream_concurrency=opts.upstream_concurrency,
         threshold=setting,
+        answer_ids=[r.get("id") if isinstance(r, dict) else None for r in ctx.prep.responses],
+        wrong_cost=opts.wrong_cost,
     )
