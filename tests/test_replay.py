@@ -294,6 +294,10 @@ def test_the_report_decides_baseline_breakdowns_every_wrong_hit_and_its_cost(
     [row] = d["wrong_hits_list"]
     assert (row["custom_id"], row["served_custom_id"], row["status"]) == ("a4", "a1", "semantic")
     assert row["served_answer_id"] == "chatcmpl-a1" and row["similarity"] >= THRESHOLD
+    from cachekit.replay.html import render_html
+
+    page = render_html(run_replay(log, truth_path=truth, options=_opts(prices)))
+    assert "<h2>By tenant</h2>" in page and "<td>globex</td>" in page
     net = d["net_dollars_saved"]
     assert net["on_right_hits"] == pytest.approx(0.414) and net["wrong_cost"] == 1.0
     assert net["total"] == pytest.approx(0.414 - 1.0)  # a wrong answer can cost more than hits save

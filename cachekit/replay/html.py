@@ -14,6 +14,7 @@ from typing import Any
 
 from cachekit.replay.render import (
     SWEEP_HEADER,
+    breakdown_rows,
     capacity_rows,
     fmt_pct,
     near_header,
@@ -145,6 +146,11 @@ def _table(
 
 def _sections(r: Report) -> list[str]:
     out = [f"<h2>Summary</h2>{_table(None, summary_rows(r))}"]
+    for name in ("tenant", "model"):
+        rows = breakdown_rows(r, name)
+        if len(rows) > 1:
+            head = [name.capitalize(), "Requests", "Hit rate", "Wrong hits"]
+            out.append(f"<h2>By {name}</h2>{_table(head, rows)}")
     cap = r.capacity
     rate = (
         "unknown: the log has no timestamps; pass --rate RPS for the capacity figures"
