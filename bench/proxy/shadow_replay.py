@@ -1,7 +1,7 @@
 """Shadow mode against replay on one log: the would-have-hit rate ``cachekit serve --shadow``
 measures on live traffic, beside the hit rate ``cachekit replay`` predicts for the same log.
 
-    python -m bench.proxy.shadow_replay [--log ../shared/data/replay_dev] [--limit N]
+    python -m bench.proxy.shadow_replay [--log bench/data/replay/replay_dev] [--limit N]
 
 The log (a Batch API input, its output and truth files) is sent, in order, through ``cachekit
 serve --shadow`` (the bundled model, its default threshold, no Redis) in front of an upstream this
@@ -159,7 +159,7 @@ def _replay(prefix: str, limit: int, tmp: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--log", default="../shared/data/replay_dev", help="the log's path prefix")
+    ap.add_argument("--log", default="bench/data/replay/replay_dev", help="the log prefix")
     ap.add_argument("--limit", type=int, default=0, help="only the first N requests")
     args = ap.parse_args()
     prefix = args.log
