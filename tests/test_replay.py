@@ -340,7 +340,7 @@ def test_sweep_embeds_each_text_once(tmp_path: Path, prices: Path) -> None:
     assert points[0.95]["net_dollars_saved"]["total"] == pytest.approx(0.2 + 0.014)
     # The headline is the 0.88 run, without its own threshold field.
     assert d["hits"] == points[0.88]["hits"] and "threshold" not in d
-    assert set(points[0.88]) == set(d) - {"sweep", "exact_only"} | {"threshold"}
+    assert set(points[0.88]) == set(d) - {"sweep", "exact_only", "recommended"} | {"threshold"}
 
 
 def test_parse_sweep() -> None:
@@ -938,3 +938,37 @@ def test_batch_files_of_responses_requests_replay(tmp_path: Path) -> None:
     assert d["requests"] == 6
     assert d["hits"]["exact"] == 1 and d["misses"] == 5
     assert d["tokens_saved"] == {"prompt": 20, "completion": 8}
+
+
+def test_a_hit_below_the_threshold_names_the_rule_that_served_it() -> None:
+    from cachekit.replay.report import EXACT, SEMANTIC, Outcome, rule_of
+
+    bonus = rule_of("threshold:0.9", Outcome(SEMANTIC, 1.0, 0, 0.88))
+    assert bonus is not None and "number bonus" in bonus and "0.86" in bonus
+    assert rule_of("threshold:0.9", Outcome(SEMANTIC, 1.0, 0, 0.9)) is None
+    assert rule_of("threshold:0.9", Outcome(EXACT, 1.0, 0, None)) is None
+    assert rule_of("verified:0.8", Outcome(SEMANTIC, 1.0, 0, 0.5)) is None  # no threshold
+
+
+def test_the_command_sweeps_by_default_and_recommends_a_setting(
+    tmp_path: Path, prices: Path
+) -> None:
+    from cachekit.replay.decision import default_sweep
+
+    assert default_sweep(0.9) == [0.86, 0.88, 0.9, 0.92, 0.94]
+    assert default_sweep(0.99) == [0.95, 0.97, 0.99]
+    log = write_records(tmp_path / "log.jsonl")
+    truth = write_truth(tmp_path / "truth.jsonl")
+    opts = _opts(prices, default_sweep=True, max_wrong_rate=0.0)
+    d = run_replay(log, truth_path=truth, options=opts).to_dict()
+    points = {p["threshold"]: p for p in d["sweep"]}
+    assert sorted(points) == default_sweep(THRESHOLD)  # around the setting: 0.81 ... 0.89
+    rec = d["recommended"]
+    ok = [t for t, p in points.items() if p["wrong_hits"] == 0]
+    assert rec["meets_bound"] is bool(ok)
+    if ok:  # the highest hit rate without a wrong hit, the higher setting on a tie
+        best = max(ok, key=lambda t: (points[t]["hit_rate"], t))
+        assert rec["setting"] == best and rec["wrong_hit_rate"] == 0.0
+    plain = run_replay(log, truth_path=truth, options=_opts(prices)).to_dict()
+    assert "sweep" not in plain and plain["recommended"]["setting"] is None
+    assert "needs a sweep" in plain["recommended"]["why"]

@@ -316,7 +316,15 @@ def test_cli_tune_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 @TUNE_TIMEOUT
-def test_cli_tune_end_to_end(pairs_file: Path, tmp_path: Path) -> None:
+def test_cli_tune_end_to_end(
+    pairs_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cachekit.semantic.train.tune as tune_module
+
+    monkeypatch.setattr(tune_module, "HEARTBEAT_S", 0.0)  # a progress line at every step
     out = tmp_path / "cli"
     code = cli_main(
         [
@@ -336,7 +344,40 @@ def test_cli_tune_end_to_end(pairs_file: Path, tmp_path: Path) -> None:
         ]
     )
     assert code == 0
-    assert "again" in read_manifest(out)["figures"]
+    manifest = read_manifest(out)
+    assert "again" in manifest["figures"]
+    said = capsys.readouterr().out
+    assert "step 2/2, loss " in said  # --no-progress: progress lines instead of a bar
+    assert "labelled_precision: right hits over the hits the labels can judge" in said
+    # Too few held-back duplicates to judge: no verdict, and it says why.
+    assert manifest["verdict"]["use"] is None and "duplicates were held back" in said
+    assert "verdict: no verdict: only" in said
+
+
+def _figures(base: tuple[float, float], tuned: tuple[float, float], dups: int = 400) -> Any:
+    def side(recall: float, precision: float) -> dict[str, Any]:
+        return {"duplicates": dups, "cache": {"recall": recall, "labelled_precision": precision}}
+
+    return {"test": {"base": side(*base), "tuned": side(*tuned)}}
+
+
+@pytest.mark.parametrize(
+    ("base", "tuned", "use", "words"),
+    [
+        ((0.50, 0.80), (0.60, 0.80), True, "serves more of the duplicates"),
+        ((0.50, 0.80), (0.60, 0.79), True, "about the same precision"),
+        ((0.50, 0.80), (0.50, 0.90), False, "no more of the duplicates"),
+        ((0.50, 0.80), (0.70, 0.70), False, "more of its hits are wrong"),
+    ],
+)
+def test_the_verdict_is_read_from_the_held_back_pairs(
+    base: tuple[float, float], tuned: tuple[float, float], use: bool, words: str
+) -> None:
+    from cachekit.semantic.train.verdict import verdict
+
+    found = verdict(_figures(base, tuned))
+    assert found["use"] is use and words in found["why"]
+    assert verdict(_figures(base, tuned, dups=10))["use"] is None
 
 
 # ------------------------------------------------------------------ everywhere an embedder goes

@@ -89,14 +89,20 @@ def _train_verifier(args: argparse.Namespace) -> int:
 
 
 def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    steps = int(str(_tune_defaults()["steps"]))
     tu = sub.add_parser(
         "tune",
         help="fine-tune the embedder on labelled pairs into a small adapter (docs/tuning.md)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Train a low-rank adapter for the packaged embedder on the train part of "
         "PAIRS (JSON lines: query, cached, duplicate; several files are read as one), choose its "
         "operating point on the tune part, measure base and tuned on the test part (no text is "
-        "in two parts), and write the adapter and tune.json to --out. Stop it at any time: the "
-        "same command resumes from its last checkpoint.",
+        "in two parts), write the adapter and tune.json to --out, and say whether to use it. "
+        "Stop it at any time: the same command resumes from its last checkpoint. Expected time "
+        "on a 2-core CPU (docs/benchmarks.md, 'Tuning the embedder'): the base model embeds the "
+        "training texts for mining at about 320 texts/s (50,000 pairs: 4 minutes), then each "
+        f"step takes 2.2-2.5 s (the default {steps} steps: {steps * 2.2 / 60:.0f}-"
+        f"{steps * 2.5 / 60:.0f} minutes); a GPU takes a fraction of that.",
     )
     tu.add_argument(
         "pairs", nargs="+", help="labelled pairs, JSON lines {query, cached, duplicate}"
@@ -107,9 +113,13 @@ def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tu.add_argument(
         "--batch-size", type=int, default=defaults["batch_size"], help="pairs per loss per step"
     )
-    tu.add_argument("--learning-rate", type=float, default=defaults["learning_rate"])
+    tu.add_argument(
+        "--learning-rate", type=float, default=defaults["learning_rate"], help="AdamW's rate"
+    )
     tu.add_argument("--rank", type=int, default=defaults["rank"], help="the adapter's rank")
-    tu.add_argument("--seed", type=int, default=defaults["seed"])
+    tu.add_argument(
+        "--seed", type=int, default=defaults["seed"], help="seeds the parts and batches"
+    )
     tu.add_argument(
         "--held-back",
         type=float,
@@ -150,7 +160,11 @@ def _add_tune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "all of PAIRS (pairs its adapter never trained on), and store it in its tune.json",
     )
     tu.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
-    tu.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tu.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: a progress line every minute instead",
+    )
 
 
 def _tune_defaults() -> dict[str, object]:

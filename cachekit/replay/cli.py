@@ -42,6 +42,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if not (value >= 0 and value != float("inf")):
@@ -81,7 +88,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--sweep",
         type=parse_sweep,
         metavar="START:STOP:STEP",
-        help="replay at every setting of the policy from START to STOP",
+        help="replay at every setting of the policy from START to STOP (default, for the "
+        "threshold policy: 5 points 0.02 apart around its setting)",
+    )
+    p.add_argument(
+        "--no-sweep", action="store_true", help="replay at the one setting only (faster)"
+    )
+    p.add_argument(
+        "--max-wrong-rate",
+        type=_fraction,
+        default=0.01,
+        metavar="R",
+        help="with --truth: the recommended setting is the sweep's highest hit rate with wrong "
+        "hits at most R per request (default 0.01)",
     )
     p.add_argument(
         "--no-slot-guard",
@@ -188,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
                     embedder=load_embedder(args.embedder),
                     progress=hook,
                     wrong_cost=args.wrong_cost,
+                    default_sweep=not args.no_sweep,
+                    max_wrong_rate=args.max_wrong_rate,
                 ),
             )
     except (OSError, ValueError, MissingExtraError) as exc:

@@ -19,6 +19,8 @@ from cachekit.replay.render import (
     fmt_pct,
     near_header,
     near_rows,
+    recommended_line,
+    similarity_cell,
     summary_rows,
     sweep_rows,
 )
@@ -186,11 +188,14 @@ def _sections(r: Report) -> list[str]:
             + note
             + _table(SWEEP_HEADER, sweep_rows(r), marked=mark)
         )
+    line = recommended_line(r)
+    if line:
+        out.append(f"<p class='recommended'><strong>{html.escape(line)}</strong></p>")
     if r.wrong_sample:
         rows = [
             [
                 h.custom_id,
-                "-" if h.similarity is None else f"{h.similarity:.3f}",
+                similarity_cell(h.similarity, h.rule),
                 h.text,
                 f"{h.served_text} ({h.served_custom_id})",
             ]

@@ -45,6 +45,7 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("Requests", f"{r.requests:,}"),
         ("Exact hits", f"{r.exact_hits:,}"),
         ("Semantic hits", f"{r.semantic_hits:,}"),
+        *_below_rows(r),
         ("Misses", f"{r.misses:,}"),
     ]
     rows += [(f"  nearest refused: {kind}", f"{n:,}") for kind, n in sorted(r.refusals.items())]
@@ -75,6 +76,33 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
             ("  a wrong answer costs (--wrong-cost)", fmt_money(r.wrong_cost)),
         ]
     return rows
+
+
+def recommended_line(r: Report) -> str | None:
+    """What the sweep recommends, in a sentence (None without a recommendation to state)."""
+    rec = r.recommended
+    if rec is None:
+        return None
+    if rec["setting"] is None:
+        return f"Recommended setting: none ({rec['why']})."
+    head = (
+        f"Recommended setting: {rec['setting']:g} ({rec['rule']}): hit rate "
+        f"{fmt_pct(rec['hit_rate'])}, wrong hits {fmt_pct(rec['wrong_hit_rate'])} of requests, "
+        f"net {fmt_money(rec['net_dollars_saved'])}"
+    )
+    return head + (f". {rec['why']}." if rec.get("why") else ".")
+
+
+def _below_rows(r: Report) -> list[tuple[str, str]]:
+    """Semantic hits a rule served below the threshold, named (the number bonus)."""
+    if not r.below_threshold:
+        return []
+    return [("  below the threshold: number bonus", f"{r.below_threshold:,}")]
+
+
+def similarity_cell(similarity: float | None, rule: str | None) -> str:
+    """A hit's similarity, marked when a rule served it below the threshold."""
+    return _num(similarity, ".3f") + (" (number bonus)" if rule else "")
 
 
 def _baseline_rows(r: Report) -> list[tuple[str, str]]:
@@ -259,7 +287,7 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
         for h in r.wrong_sample:
             w.add_row(
                 h.custom_id,
-                _num(h.similarity, ".3f"),
+                similarity_cell(h.similarity, h.rule),
                 h.text,
                 f"{h.served_text} ({h.served_custom_id})",
             )
@@ -280,3 +308,6 @@ def print_report(r: Report, console: Console | None = None, *, title: str = "") 
         for cells in sweep_rows(r):
             sw.add_row(*cells)
         console.print(sw)
+    line = recommended_line(r)
+    if line:
+        console.print(line)

@@ -20,6 +20,7 @@ from cachekit.replay.capacity import Capacity, capacity_report
 from cachekit.replay.decision import breakdown, net_total, wrong_hit_rows
 from cachekit.replay.logs import LogRecord, Skipped
 from cachekit.replay.truth import Truth
+from cachekit.semantic.policy.hit_policy import DEFAULT_NUMBER_BONUS
 from cachekit.semantic.policy.slots import refusal_kind
 
 __all__ = [
@@ -65,6 +66,8 @@ class WrongHit:
     served_text: str
     status: str
     similarity: float | None
+    #: The rule that let a semantic hit through below the threshold (the number bonus), or None.
+    rule: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,10 @@ class Report:
     #: Every wrong hit (with a truth file), and what one costs (``--wrong-cost``, dollars).
     wrong_hits_list: list[dict[str, Any]] = field(default_factory=list)
     wrong_cost: float = 0.0
+    #: Semantic hits served below the policy's threshold, and the rule that served them.
+    below_threshold: int = 0
+    #: The setting to use (:func:`cachekit.replay.decision.recommend`), on the headline only.
+    recommended: dict[str, Any] | None = None
 
     @property
     def hits(self) -> int:
@@ -156,9 +163,15 @@ class Report:
             "refusals": dict(sorted(self.refusals.items())),
             "near_sample": [dataclasses.asdict(n) for n in self.near_sample],
             "breakdown": self.breakdown,
+            "below_threshold_hits": {
+                "count": self.below_threshold,
+                "rule": below_rule(self.policy) if self.below_threshold else None,
+            },
         }
         if self.exact_only is not None:
             out["exact_only"] = self.exact_only
+        if self.recommended is not None:
+            out["recommended"] = self.recommended
         if self.judged:
             out["correct_hits"] = self.correct_hits
             out["wrong_hits"] = self.wrong_hits
@@ -200,8 +213,40 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99))}
 
 
+def threshold_of(policy: str) -> float | None:
+    """The threshold in a report's policy name (``threshold:0.9``), or None for other policies."""
+    name, _, value = policy.partition(":")
+    try:
+        return float(value) if name == "threshold" and value else None
+    except ValueError:
+        return None
+
+
+def below_rule(policy: str) -> str | None:
+    """Why the threshold policy serves a hit below its threshold: the number bonus."""
+    t = threshold_of(policy)
+    if t is None:
+        return None
+    return (
+        f"number bonus: the texts state the same numbers, so the bar is "
+        f"{t - DEFAULT_NUMBER_BONUS:g} instead of {t:g}"
+    )
+
+
+def rule_of(policy: str, out: Outcome) -> str | None:
+    """The rule that served ``out`` below its policy's threshold, or None."""
+    t, sim = threshold_of(policy), out.similarity
+    if out.status != SEMANTIC or sim is None or t is None or sim >= t - 1e-9:
+        return None
+    return below_rule(policy)
+
+
 def _judge(
-    records: Sequence[LogRecord], outcomes: Sequence[Outcome], texts: Sequence[str], truth: Truth
+    records: Sequence[LogRecord],
+    outcomes: Sequence[Outcome],
+    texts: Sequence[str],
+    truth: Truth,
+    policy: str = "",
 ) -> tuple[int, int, float | None, list[bool], list[WrongHit], list[bool]]:
     """``(correct, wrong, semantic precision, correct flags, wrong sample, wrong flags)``; hits
     with no truth line on either side are left unjudged (neither correct nor wrong)."""
@@ -234,6 +279,7 @@ def _judge(
                     texts[out.served_by],
                     out.status,
                     out.similarity,
+                    rule_of(policy, out),
                 )
             )
     precision = sem_correct / sem_judged if sem_judged else None
@@ -362,15 +408,19 @@ def build_report(
         ),
     )
     bad = [False] * len(records)
+    rules = [rule_of(policy, o) for o in outcomes]
     if truth is not None:
-        correct, wrong, precision, flags, sample, bad = _judge(records, outcomes, texts, truth)
+        correct, wrong, precision, flags, sample, bad = _judge(
+            records, outcomes, texts, truth, policy
+        )
         report.correct_hits, report.wrong_hits = correct, wrong
         report.semantic_precision = precision
         report.net_dollars_by_model = money_by_model(flags, usage, models, prices)
         report.wrong_sample = sample
         ids = answer_ids if answer_ids is not None else [None] * len(records)
-        report.wrong_hits_list = wrong_hit_rows(records, outcomes, bad, ids)
+        report.wrong_hits_list = wrong_hit_rows(records, outcomes, bad, ids, rules)
     report.wrong_cost = wrong_cost
+    report.below_threshold = sum(r is not None for r in rules)
     who = tenants if tenants is not None else [r.tenant for r in records]
     report.breakdown = breakdown(outcomes, who, models, bad)
     return report

@@ -36,7 +36,7 @@ from cachekit.llm import (
     prepare,
 )
 from cachekit.replay.capacity import rate_from_timestamps
-from cachekit.replay.decision import exact_only
+from cachekit.replay.decision import default_sweep, exact_only, recommend
 from cachekit.replay.logs import LogRecord, ParsedLog, Skipped, read_log
 from cachekit.replay.policies import policy_factory
 from cachekit.replay.report import (
@@ -83,6 +83,11 @@ class ReplayOptions:
     progress: Progress | None = None
     #: Dollars one wrong answer costs (``--wrong-cost``): taken off the net savings.
     wrong_cost: float = 0.0
+    #: Without ``sweep``, sweep the threshold policy around its setting anyway (the command's
+    #: default: :func:`cachekit.replay.decision.default_sweep`).
+    default_sweep: bool = False
+    #: The recommended setting's bound on wrong hits per request (``--max-wrong-rate``).
+    max_wrong_rate: float = 0.01
 
 
 def endpoint_ok(url: str) -> bool:
@@ -353,8 +358,11 @@ def run_replay(
         report.embed_ms = embed_ms
         return report
 
-    points = [run(s) for s in opts.sweep]
     chosen = _setting_of(_config_for(base, opts.policy, opts.setting, opts.embedder))
+    settings = list(opts.sweep)
+    if not settings and opts.default_sweep and opts.policy == "threshold" and chosen is not None:
+        settings = default_sweep(chosen)
+    points = [run(s) for s in settings]
     head = next(
         (
             p
@@ -366,6 +374,7 @@ def run_replay(
     report = head if head is not None else run(opts.setting)
     report = dataclasses.replace(report, sweep=points, threshold=None)
     report.exact_only = _exact_only(ctx, base, table, opts)
+    report.recommended = recommend(points, opts.max_wrong_rate, truth is not None)
     return report
 
 

@@ -55,6 +55,7 @@ from cachekit.semantic.policy.pairs import (
 )
 from cachekit.semantic.policy.slots import DEFAULT_GUARD, same_numbers
 from cachekit.semantic.train.settings import TuneConfig
+from cachekit.semantic.train.verdict import PRECISION_TERMS, verdict
 
 __all__ = [
     "TuneConfig",
@@ -72,6 +73,8 @@ __all__ = [
 ]
 
 CHECKPOINT_DIR = ".checkpoint"
+#: Seconds between progress lines when there is no progress bar (``--no-progress``).
+HEARTBEAT_S = 60.0
 #: Thresholds searched for the operating point.
 GRID = [round(0.50 + 0.005 * i, 3) for i in range(100)]
 #: A mined neighbour this close to the query is likelier an unlabelled duplicate than a negative.
@@ -449,6 +452,10 @@ def tune(
 
     manifest = _finish(trainer, parts, base_vec, config, out_dir, rows, extra_eval, log)
     manifest["seconds"] = round(time.perf_counter() - started, 1)
+    manifest["verdict"] = found = verdict(manifest["figures"])
+    log(PRECISION_TERMS)
+    use = {True: "use it", False: "do not use it", None: "no verdict"}[found["use"]]
+    log(f"verdict: {use}: {found['why']}")
     _write_manifest(out_dir, manifest)
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     log(f"wrote {out_dir} ({(out_dir / ADAPTER_FILE).stat().st_size / 1e6:.1f} MB adapter)")
@@ -487,7 +494,7 @@ def _train_loop(
     steps = len(rank_batches)
     bar = tqdm(total=steps, initial=first, disable=not progress, desc="tune", unit="step")
     done = first
-    t0 = time.perf_counter()
+    t0 = said = time.perf_counter()
     try:
         for step in range(first, steps):
             loss = trainer.step(
@@ -496,9 +503,12 @@ def _train_loop(
             done = step + 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}")
-            if done == first + 3:
-                per = (time.perf_counter() - t0) / 3
-                log(f"about {per * (steps - done) / 60:.0f} min left ({per:.1f}s a step)")
+            now = time.perf_counter()
+            if done == first + 3 or (not progress and now - said >= HEARTBEAT_S):
+                per = (now - t0) / (done - first)
+                left = f"about {per * (steps - done) / 60:.0f} min left ({per:.1f}s a step)"
+                log(left if done == first + 3 else f"step {done}/{steps}, loss {loss:.3f}: {left}")
+                said = now
             if done % trainer.config.checkpoint_every == 0 and done < steps:
                 _save_checkpoint(trainer, done, fingerprint, ckpt_dir)
     except KeyboardInterrupt:
