@@ -378,6 +378,8 @@ def test_the_verdict_is_read_from_the_held_back_pairs(
     found = verdict(_figures(base, tuned))
     assert found["use"] is use and words in found["why"]
     assert verdict(_figures(base, tuned, dups=10))["use"] is None
+    floor = verdict(_figures(base, tuned), operating_point=0.5, floor=0.5)
+    assert floor["use"] is False and "bottom of the grid" in floor["why"]
 
 
 # ------------------------------------------------------------------ everywhere an embedder goes

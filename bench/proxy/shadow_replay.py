@@ -141,7 +141,7 @@ def _through_proxy(
     return counts, shadowed
 
 
-def _replay(prefix: str, limit: int, tmp: Path) -> dict[str, Any]:
+def _replay(prefix: str, limit: int, tmp: Path, extra: list[str]) -> dict[str, Any]:
     files = {p: Path(f"{prefix}.{p}.jsonl") for p in ("input", "output", "truth")}
     if limit:
         for part, path in list(files.items()):
@@ -151,7 +151,7 @@ def _replay(prefix: str, limit: int, tmp: Path) -> dict[str, Any]:
     out = tmp / "replay.json"
     cmd = [sys.executable, "-m", "cachekit", "replay", str(files["input"])]
     cmd += ["--outputs", str(files["output"]), "--truth", str(files["truth"])]
-    cmd += ["--json", str(out), "--quiet"]
+    cmd += ["--json", str(out), "--quiet", "--no-sweep", *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run(cmd, check=True, env=env, timeout=3600)
     return dict(json.loads(out.read_text()))
@@ -161,6 +161,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--log", default="bench/data/replay/replay_dev", help="the log prefix")
     ap.add_argument("--limit", type=int, default=0, help="only the first N requests")
+    ap.add_argument("--keep-log", metavar="FILE", help="keep the shadow log here (for labels)")
+    ap.add_argument("--embedder", default="", help="as cachekit serve's and replay's --embedder")
     args = ap.parse_args()
     prefix = args.log
     inputs = _lines(Path(f"{prefix}.input.jsonl"))
@@ -170,11 +172,13 @@ def main() -> None:
         inputs = inputs[: args.limit]
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        log = tmp / "shadow.jsonl"
+        log = Path(args.keep_log) if args.keep_log else tmp / "shadow.jsonl"
+        log.unlink(missing_ok=True)
+        extra = ["--embedder", args.embedder] if args.embedder else []
         t0 = time.perf_counter()
         with LogUpstream(inputs, outputs) as upstream:
             port = free_port()
-            proc = _serve(f"http://127.0.0.1:{upstream.port}", port, log, [])
+            proc = _serve(f"http://127.0.0.1:{upstream.port}", port, log, extra)
             try:
                 counts, shadowed = _through_proxy(f"http://127.0.0.1:{port}", inputs, truth)
                 deadline = time.monotonic() + 60
@@ -185,7 +189,7 @@ def main() -> None:
                 proc.wait(15)
         took = time.perf_counter() - t0
         pairs = _lines(log) if log.exists() else []
-        report = _replay(prefix, args.limit, tmp)
+        report = _replay(prefix, args.limit, tmp, extra)
     n = len(inputs)
     would = counts["HIT"] + counts["shadow_hit"]
     print(f"{n} requests through cachekit serve --shadow in {took:.0f} s:")

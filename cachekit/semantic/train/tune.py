@@ -452,7 +452,8 @@ def tune(
 
     manifest = _finish(trainer, parts, base_vec, config, out_dir, rows, extra_eval, log)
     manifest["seconds"] = round(time.perf_counter() - started, 1)
-    manifest["verdict"] = found = verdict(manifest["figures"])
+    found = verdict(manifest["figures"], manifest["operating_point"], GRID[0])
+    manifest["verdict"] = found
     log(PRECISION_TERMS)
     use = {True: "use it", False: "do not use it", None: "no verdict"}[found["use"]]
     log(f"verdict: {use}: {found['why']}")

@@ -26,9 +26,20 @@ PRECISION_TERMS = (
 )
 
 
-def verdict(figures: dict[str, Any]) -> dict[str, Any]:
+def verdict(
+    figures: dict[str, Any], operating_point: float | None = None, floor: float | None = None
+) -> dict[str, Any]:
     """``{"use": True | False | None, "why": ...}`` from the manifest's ``figures["test"]``
-    (None: too few held-back duplicates to say)."""
+    (None: too few held-back duplicates to say). An ``operating_point`` at the bottom of its
+    grid (``floor``) is never a tune to use: the target precision held at every threshold,
+    which says the labels hold too few non-duplicates to place the bar."""
+    if operating_point is not None and floor is not None and operating_point <= floor + 1e-9:
+        return {
+            "use": False,
+            "why": f"its operating point fell to the bottom of the grid ({operating_point:g}): "
+            "the labels hold too few non-duplicates to place the bar, and it would serve "
+            "almost any neighbour; add labelled non-duplicates",
+        }
     test = figures.get("test")
     if not test:
         return {"use": None, "why": "no held-back test part: raise --held-back"}
