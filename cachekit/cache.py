@@ -12,7 +12,7 @@ import random as _random
 import time
 import warnings
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard, TypeVar, overload
 
 from cachekit._core.health import Health
 from cachekit._core.protocols import Clock, Serializer
@@ -438,7 +438,7 @@ class Cache:
     def _scan_l1(self, prefix: str, batch: int) -> Iterator[list[ScannedEntry]]:
         l1 = self._engine.l1
         keys = [] if l1 is None else l1.keys()
-        wanted = [k[1] for k in keys if type(k) is tuple and _is_kv(k) and k[1].startswith(prefix)]
+        wanted = [k[1] for k in keys if _is_kv(k) and k[1].startswith(prefix)]
         for start in range(0, len(wanted), batch):
             found = []
             for key in wanted[start : start + batch]:
@@ -596,7 +596,7 @@ def _scanned(key: str, env: Envelope) -> ScannedEntry:
     return key, env.value, None if env.ttl is None else env.created_at + env.ttl
 
 
-def _is_kv(local: Hashable) -> bool:
+def _is_kv(local: Hashable) -> TypeGuard[tuple[str, str]]:
     """Whether an L1 key is one of :meth:`Cache.kv_key`'s (``("kv", key)``)."""
     return type(local) is tuple and len(local) == 2 and local[0] == "kv" and type(local[1]) is str
 

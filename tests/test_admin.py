@@ -334,6 +334,14 @@ def test_cachekit_purge_removes_a_functions_entries(redis_server: Any) -> None:
         assert bad.returncode == 2 and "alone" in bad.stderr
 
 
+def test_cachekit_purge_on_a_dead_redis_says_so() -> None:
+    from redis_servers import free_port
+
+    done = _cli("--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--all")
+    assert done.returncode == 2 and "the purge failed" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_cachekit_purge_by_tenant_key_and_model(redis_server: Any, upstream: FakeUpstream) -> None:
     ns = f"cli{uuid.uuid4().hex[:8]}"
     p = ProxyProcess(upstream.url, "--redis-url", redis_server.url, "--namespace", ns).start()

@@ -27,7 +27,6 @@ import json
 import os
 import pstats
 import statistics
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 
+from bench.semantic.throughput import concurrent
 from cachekit import Cache
 from cachekit.replay.vectors import PrecomputedEmbedder
 from cachekit.semantic.embed.embedder import SentenceTransformerEmbedder
@@ -60,26 +60,6 @@ def _vectors(texts: list[str], cache_file: Path) -> np.ndarray:
     vecs = np.asarray(emb.embed(texts), dtype=np.float32)
     np.save(cache_file, vecs)
     return vecs
-
-
-def _through_cache(fn: Any, queries: list[str], callers: int) -> float:
-    """Lookups per second with ``callers`` threads splitting ``queries``."""
-    shares = [queries[i::callers] for i in range(callers)]
-    start = threading.Barrier(callers + 1)
-
-    def work(share: list[str]) -> None:
-        start.wait()
-        for q in share:
-            fn.lookup(q)
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in shares]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return len(queries) / (time.perf_counter() - t0)
 
 
 def _bare_index(stored: np.ndarray, queries: np.ndarray, batch: int) -> float:
@@ -136,7 +116,7 @@ def main() -> None:
     bare_rates: list[float] = []
     for r in range(args.rounds):
         runs = [
-            ("cache", lambda: _through_cache(fn, novel, args.callers)),
+            ("cache", lambda: concurrent(fn.lookup, novel, args.callers)),
             ("bare", lambda: _bare_index(vecs[: args.entries], query_vecs, 32)),
         ]
         for name, run in runs if r % 2 == 0 else runs[::-1]:

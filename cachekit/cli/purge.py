@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
             result["function"] = args.function
         else:
             result = {**purge(llm, flt), "filter": flt.describe()}
+    except Exception as exc:  # Redis down or refusing: say so, and that it may be partial
+        return _fail(
+            f"the purge failed ({type(exc).__name__}: {exc}); it may be partial: run it again"
+        )
     finally:
         llm.close()
     print(json.dumps(result, sort_keys=True))

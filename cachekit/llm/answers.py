@@ -19,11 +19,16 @@ class AnswerComparator:
 
         self._texts = EmbeddingComparator(embedder, min_similarity=min_similarity)
 
-    def __call__(self, fresh: Any, stored: Any) -> bool:
+    def score(self, fresh: Any, stored: Any) -> float:
+        """How alike the two answers are: their texts' cosine, or (answers without text, such
+        as embeddings) 1.0 when equal, else 0.0."""
         a, b = answer_text(fresh), answer_text(stored)
         if a is None or b is None:
-            return bool(fresh == stored)
-        return self._texts(a, b)
+            return 1.0 if fresh == stored else 0.0
+        return self._texts.similarity(a, b)
+
+    def __call__(self, fresh: Any, stored: Any) -> bool:
+        return self.score(fresh, stored) >= self._texts.min_similarity
 
 
 def answer_text(value: Any) -> str | None:

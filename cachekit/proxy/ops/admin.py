@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from cachekit.llm.admin import FILTERS, EntryFilter, get_entry, list_entries, purge
 from cachekit.llm.errors import RequestError
-from cachekit.proxy.http import JSON, dumps, error_response
+from cachekit.proxy.http import JSON, body_within, dumps, error_response
 
 if TYPE_CHECKING:
     from cachekit.proxy.app import Proxy
@@ -162,11 +162,8 @@ def _whole(name: str, text: str) -> int:
 
 
 async def _json_body(request: Request) -> Any:
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_ADMIN_BODY:
-            raise RequestError(f"the body is over {MAX_ADMIN_BODY} bytes", status=413)
+    too_large = RequestError(f"the body is over {MAX_ADMIN_BODY} bytes", status=413)
+    raw = await body_within(request, MAX_ADMIN_BODY, too_large)
     if not raw.strip():
         raise RequestError(
             f"the body must be a JSON object of filters ({', '.join(FILTERS)}); "

@@ -44,7 +44,7 @@ from prometheus_client import Counter, Histogram
 
 from cachekit.cache import Status
 from cachekit.llm import CacheLookup, LLMCache, LLMRequest
-from cachekit.llm.answers import answer_text
+from cachekit.llm.answers import AnswerComparator, answer_text
 from cachekit.proxy.headers import Controls, miss_headers
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ _BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 
 
 def load_judge(spec: str) -> Callable[..., Any]:
-    """The judge named ``module:callable`` (called with no arguments if it is a class or a
-    factory that returns the judge: anything callable it returns is used)."""
+    """The judge named ``module:callable``: called as ``judge(query, matched, stored, fresh)``
+    with the texts of a shadowed pair, it returns a bool or a score in [0, 1]."""
     import importlib
 
     module, _, attr = spec.partition(":")
@@ -99,6 +99,7 @@ class Shadow:
         self.judge = load_judge(settings.shadow_judge) if settings.shadow_judge else None
         self.scorer = settings.shadow_judge or "answer-cosine"
         self.llm = llm
+        self._answers: AnswerComparator | None = None  # built on the first pair scored
         self.sample = _Sample(settings.shadow_log, settings.shadow_sample)
         self.lookups = Counter(
             "cachekit_proxy_shadow_lookups",
@@ -166,22 +167,13 @@ class Shadow:
             await asyncio.to_thread(self.sample.write, line)
 
     def _score(self, req: LLMRequest, found: CacheLookup, body: dict[str, Any]) -> float:
-        stored, fresh = answer_text(found.response), answer_text(body)
         if self.judge is not None:
+            stored, fresh = answer_text(found.response), answer_text(body)
             verdict = self.judge(req.text, found.nearest, stored, fresh)
             return float(verdict) if not isinstance(verdict, bool) else (1.0 if verdict else 0.0)
-        if stored is None or fresh is None:  # no text to compare (embeddings): equal or not
-            return 1.0 if stored == fresh and found.response == body else 0.0
-        if stored == fresh:
-            return 1.0
-        tier = self.llm.semantic_tier
-        import numpy as np
-
-        vecs = np.asarray(tier.embedder.embed([stored, fresh]), dtype=np.float64)
-        norms = np.linalg.norm(vecs, axis=1)
-        if not (norms > 0).all():
-            return 0.0
-        return float(vecs[0] @ vecs[1] / (norms[0] * norms[1]))
+        if self._answers is None:  # the cache's own embedder: a hit means the tier exists
+            self._answers = AnswerComparator(self.llm.semantic_tier.embedder)
+        return self._answers.score(body, found.response)
 
     def _line(
         self, req: LLMRequest, found: CacheLookup, body: dict[str, Any], score: float, agree: bool

@@ -233,14 +233,18 @@ class EmbeddingComparator:
                 self._embedder = SentenceTransformerEmbedder()
             return self._embedder
 
-    def __call__(self, fresh: Any, stored: Any) -> bool:
+    def similarity(self, fresh: Any, stored: Any) -> float:
+        """The cosine of the two values' embeddings (1.0 for equal values, 0.0 when either
+        embeds to zero)."""
         if fresh == stored:
-            return True
-        a, b = str(fresh), str(stored)
+            return 1.0
         import numpy as np
 
-        vecs = np.asarray(self._get().embed([a, b]), dtype=np.float64)
+        vecs = np.asarray(self._get().embed([str(fresh), str(stored)]), dtype=np.float64)
         norms = np.linalg.norm(vecs, axis=1)
         if not (norms > 0).all():
-            return False
-        return float(vecs[0] @ vecs[1] / (norms[0] * norms[1])) >= self.min_similarity
+            return 0.0
+        return float(vecs[0] @ vecs[1] / (norms[0] * norms[1]))
+
+    def __call__(self, fresh: Any, stored: Any) -> bool:
+        return self.similarity(fresh, stored) >= self.min_similarity
